@@ -1,0 +1,44 @@
+//! Checkpointing: which values are kept, which are rebuilt, and how a rebuild runs.
+//!
+//! - [`policy`]: run-time policies, scopes and regions (decided at record time);
+//! - [`strategy`]: Burn's type-level strategies, mapped onto policies;
+//! - `retrieve`: handing saved values to backward steps, replaying dropped ones.
+//!
+//! # Invariants
+//! - Policies never see a tensor; retrieval never decides what to keep.
+
+pub mod policy;
+pub(crate) mod retrieve;
+pub mod strategy;
+
+/// Runs `f` as a checkpoint region, in the spirit of PyTorch's `torch.utils.checkpoint`.
+///
+/// Values produced inside the region are not kept for backward: the values that flow into
+/// it are, and in backward the region's values are rebuilt once, when first needed, by
+/// replaying the region's ops, and freed at their last use. A value produced inside and used
+/// after the region (its output) is kept as usual. Gradients are bit-identical to
+/// [`Policy::SaveAll`](policy::Policy::SaveAll).
+///
+/// Regions nest (an inner region inside an outer one is rebuilt with it), apply whatever
+/// the checkpointing strategy of the tensors, and take precedence over
+/// [`with_policy`](policy::with_policy) inside them. Outputs of random ops (dropout) are
+/// kept even inside a region, so a rebuild never draws new random numbers.
+///
+/// Outside any autodiff computation a region just runs `f`.
+///
+/// ```
+/// use burn_flex::Flex;
+/// use burn_backend::{Backend, TensorData, ops::FloatTensorOps};
+/// use remat::{Autodiff, checkpoint};
+/// type B = Autodiff<Flex>;
+///
+/// let device = Default::default();
+/// let x = B::float_from_data(TensorData::from([1.0f32, 2.0]), &device);
+/// let x = B::float_set_require_grad(x, true);
+/// let y = checkpoint(|| B::float_exp(B::float_sin(x.clone())));
+/// let grads = B::float_sum(y).backward();
+/// assert!(x.grad(&grads).is_some());
+/// ```
+pub fn checkpoint<R>(f: impl FnOnce() -> R) -> R {
+    policy::in_region(f)
+}

@@ -1,0 +1,137 @@
+//! Retrieval: handing a saved value to a backward step, rebuilding it first if it was
+//! dropped.
+//!
+//! Cost model: one retrieval of an evicted value walks the evicted ancestors it needs once
+//! (a visited set makes shared ancestors count once) and replays each of them exactly once,
+//! parents first. A rebuilt value is stored with the reads still to come and freed at its
+//! last read, so over a whole backward pass every evicted value is replayed at most once:
+//! total work is linear in the nodes and edges of the graph.
+//!
+//! # Invariants
+//! - Relies on INVARIANT [rebuildable] (see `graph::node`): every input of a replayed op is
+//!   stored, rebuildable or held on the edge.
+//! - Locks are taken child before parent, never the other way round, and never two
+//!   siblings at once: no lock-order cycle is possible in a DAG.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use burn_backend::{Backend, tensor::FloatTensor};
+
+use crate::graph::{Input, Kept, Node, NodeId, Slot};
+use crate::ops::rule::Values;
+use crate::stats::{self, KeepReason};
+
+/// Hands out the value of `node` for one planned read.
+///
+/// The last planned read takes the value out of the slot (freed at last use); earlier ones
+/// hand out a clone (a handle clone for Burn's backends).
+pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
+    loop {
+        let mut state = node.lock();
+        match state.slot {
+            Slot::Stored(_) => {
+                debug_assert!(
+                    state.n_required > 0,
+                    "remat internal error: a read of {node:?} that was not planned"
+                );
+                state.n_required = state.n_required.saturating_sub(1);
+                if state.n_required == 0 {
+                    let Slot::Stored(kept) = core::mem::replace(&mut state.slot, Slot::Unneeded)
+                    else {
+                        unreachable!()
+                    };
+                    return kept.into_value();
+                }
+                let Slot::Stored(kept) = &state.slot else {
+                    unreachable!()
+                };
+                return kept.get().clone();
+            }
+            Slot::Evicted => {
+                drop(state);
+                rebuild(node);
+            }
+            Slot::Unneeded => {
+                drop(state);
+                panic!(
+                    "remat internal error: {node:?} is read in backward but its value was \
+                     neither kept nor marked for rebuild"
+                );
+            }
+        }
+    }
+}
+
+/// The value of one input of an op, for a backward read or a replay.
+pub(crate) fn read_input<B: Backend>(input: &Input<B>) -> FloatTensor<B> {
+    match input.producer() {
+        Some(producer) => read_value(producer),
+        None => input
+            .held
+            .as_ref()
+            .expect("remat internal error: an input that is read is held on its edge")
+            .get()
+            .clone(),
+    }
+}
+
+/// Rebuilds the evicted value of `node`: replays its evicted ancestors, parents first, then
+/// `node` itself, each exactly once.
+pub(crate) fn rebuild<B: Backend>(node: &Node<B>) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(node = %node.id, op = node.info.name, "remat: rebuilding a dropped value");
+    let mut order: Vec<Arc<Node<B>>> = Vec::new();
+    let mut visited: HashSet<NodeId> = HashSet::new();
+    let mut stack: Vec<(Arc<Node<B>>, bool)> = Vec::new();
+    push_evicted_producers(node, &mut stack);
+    while let Some((next, expanded)) = stack.pop() {
+        if expanded {
+            order.push(next);
+            continue;
+        }
+        if !visited.insert(next.id) {
+            continue;
+        }
+        stack.push((next.clone(), true));
+        push_evicted_producers(&next, &mut stack);
+    }
+    for ancestor in &order {
+        replay(ancestor);
+    }
+    replay(node);
+}
+
+fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<B>>, bool)>) {
+    let state = node.lock();
+    let Some(op) = &state.op else {
+        return;
+    };
+    for input in &op.inputs {
+        if let Some(producer) = input.producer()
+            && matches!(producer.lock().slot, Slot::Evicted)
+        {
+            stack.push((producer.clone(), false));
+        }
+    }
+}
+
+/// Replays the op of `node` from its inputs and stores the result for the reads to come.
+fn replay<B: Backend>(node: &Node<B>) {
+    let mut state = node.lock();
+    if !matches!(state.slot, Slot::Evicted) {
+        return;
+    }
+    let op = state.op.as_ref().unwrap_or_else(|| {
+        panic!(
+            "remat internal error: {node:?} must be rebuilt but its op was already consumed \
+             (INVARIANT [rebuildable])"
+        )
+    });
+    let values: Values<B> = op.inputs.iter().map(read_input).collect();
+    #[cfg(feature = "tracing")]
+    tracing::trace!(node = %node.id, op = node.info.name, "remat: replay");
+    let value = op.rule.forward(values);
+    stats::on_replay(node.info.name);
+    state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt));
+}

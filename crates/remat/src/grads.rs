@@ -1,0 +1,84 @@
+//! The gradients container returned by backward.
+//!
+//! Gradients are keyed by node id. A graph may span several inner backends (see
+//! `to_backend`), so the container erases the tensor type; this is the one place in the
+//! crate that does (`Box<dyn Any>`), and a lookup with the wrong backend type is a miss.
+//!
+//! # Invariants
+//! - At most one gradient per node: registering a second one adds it to the first.
+
+use std::any::Any;
+use std::collections::HashMap;
+
+use burn_backend::{Backend, tensor::FloatTensor};
+
+use crate::graph::NodeId;
+
+/// Gradients computed by a backward pass, keyed by node.
+///
+/// Read a tensor's gradient with `Autodiff::grad` (Burn's `Tensor::grad`). Leaves keep their
+/// gradient here after backward; intermediate gradients are released during the pass, as
+/// soon as their node's step has used them.
+#[derive(Default)]
+pub struct Gradients {
+    map: HashMap<NodeId, Box<dyn Any + Send>>,
+}
+
+impl core::fmt::Debug for Gradients {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Gradients")
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl Gradients {
+    /// An empty container.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of gradients held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no gradient is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Adds `grad` to the gradient of `id` (or sets it).
+    pub fn register<B: Backend>(&mut self, id: NodeId, grad: FloatTensor<B>) {
+        let grad = match self.remove::<B>(id) {
+            Some(previous) => B::float_add(previous, grad),
+            None => grad,
+        };
+        self.map.insert(id, Box::new(grad));
+    }
+
+    /// The gradient of `id`, if any.
+    pub fn get<B: Backend>(&self, id: NodeId) -> Option<FloatTensor<B>> {
+        self.map
+            .get(&id)
+            .and_then(|g| g.downcast_ref::<FloatTensor<B>>())
+            .cloned()
+    }
+
+    /// Removes and returns the gradient of `id`, if any.
+    pub fn remove<B: Backend>(&mut self, id: NodeId) -> Option<FloatTensor<B>> {
+        match self.map.remove(&id)?.downcast::<FloatTensor<B>>() {
+            Ok(grad) => Some(*grad),
+            Err(other) => {
+                // Another backend's gradient under this id: leave it where it was.
+                self.map.insert(id, other);
+                None
+            }
+        }
+    }
+
+    /// Takes the gradient of an intermediate node for its backward step.
+    pub(crate) fn take<B: Backend>(&mut self, id: NodeId) -> Option<FloatTensor<B>> {
+        self.remove::<B>(id)
+    }
+}

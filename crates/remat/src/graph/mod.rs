@@ -1,0 +1,46 @@
+//! The recorded graph: node ids, nodes, edges, and the backward traversal.
+//!
+//! This module owns the structure of what the forward pass recorded. A [`Node`] is one
+//! tracked tensor: a leaf that requires a gradient, or the output of a recorded op. Tensors
+//! hold their node; nodes hold their inputs; the graph therefore lives exactly as long as
+//! something can still reach it (NOTE [graph-lifetime]).
+//!
+//! # Invariants
+//! - Every algorithm here is iterative: traversal, backward and drop use explicit stacks, so
+//!   a 100k-node chain neither overflows the stack when it runs nor when it is dropped.
+//! - A node's step runs at most once; afterwards the node is *consumed*: its op, inputs and
+//!   saved value are released, and a second backward through it panics with a message that
+//!   says why.
+
+mod backward;
+mod node;
+
+pub(crate) use backward::backward;
+pub(crate) use node::{GraphNode, Input, Kept, Node, NodeKind, OpState, Slot};
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Identifier of a recorded node, unique in the process.
+///
+/// Gradients are keyed by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u64);
+
+impl NodeId {
+    /// A fresh id, never handed out before in this process.
+    pub(crate) fn new() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(1);
+        Self(COUNTER.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The raw value, for display and hashing.
+    pub fn value(self) -> u64 {
+        self.0
+    }
+}
+
+impl core::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}

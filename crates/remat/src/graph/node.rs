@@ -1,0 +1,386 @@
+//! Nodes, their inputs and the slot that holds a node's saved value.
+//!
+//! NOTE [graph-lifetime]: a tensor holds its node; a node holds its op, and the op holds its
+//! inputs' nodes. Nothing else points at nodes (no global graph), so dropping the last tensor
+//! of a graph frees it at once, without a backward pass. [`Node`]'s `Drop` unlinks inputs
+//! with an explicit stack so that long chains do not recurse.
+//!
+//! NOTE [what-is-kept]: a value a backward step will read lives in one of two places.
+//! - The output of a recorded op lives in its producer's [`Slot`]: `Stored` (kept),
+//!   `Evicted` (dropped, rebuilt by replay when read) or `Unneeded`. One slot serves every
+//!   reader, and a rebuilt value is rebuilt once per backward pass.
+//! - Leaves and untracked inputs are held on the consumer's edge ([`Input::held`]): they
+//!   cannot be rebuilt, and a leaf may be read by several graphs, each consumed by its own
+//!   backward pass.
+//!
+//! # Invariants
+//! - INVARIANT [rebuildable]: a slot is `Evicted` only if its node's op is replayable and was
+//!   placed to recompute; such an op holds every input it needs for a replay (its inputs are
+//!   `Stored`, rebuildable, or held on the edge).
+//! - `n_required` is zero outside a backward pass; during one it counts the reads still to
+//!   come, and the last read takes the value out of the slot.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn_backend::{Backend, tensor::FloatTensor};
+use smallvec::SmallVec;
+
+use super::NodeId;
+use crate::checkpoint::policy::{OpInfo, Placement};
+use crate::checkpoint::retrieve;
+use crate::grads::Gradients;
+use crate::ops::rule::{Reads, Rule, Vjp};
+use crate::stats::{self, KeepReason};
+
+/// Whether a node is a leaf or the output of a recorded op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NodeKind {
+    /// A tensor that requires a gradient and was not produced by a recorded op.
+    Leaf,
+    /// The output of a recorded op.
+    Op,
+}
+
+/// One tracked tensor of the graph.
+pub(crate) struct Node<B: Backend> {
+    pub(crate) id: NodeId,
+    pub(crate) kind: NodeKind,
+    pub(crate) info: OpInfo,
+    pub(crate) placement: Placement,
+    pub(crate) state: Mutex<State<B>>,
+}
+
+/// The mutable part of a node.
+pub(crate) struct State<B: Backend> {
+    /// The recorded op; `None` for leaves and once the node's step has run.
+    pub(crate) op: Option<OpState<B>>,
+    /// True once the node's backward step has run (NOTE [no-retain-graph]).
+    pub(crate) consumed: bool,
+    pub(crate) slot: Slot<B>,
+    /// Reads still to come in the running backward pass.
+    pub(crate) n_required: usize,
+}
+
+/// What a recorded op keeps until its backward step runs.
+pub(crate) struct OpState<B: Backend> {
+    pub(crate) rule: Box<dyn Rule<B>>,
+    pub(crate) inputs: SmallVec<[Input<B>; 2]>,
+    /// What the backward step reads, decided when the op was recorded.
+    pub(crate) reads: Reads,
+}
+
+/// One float input of a recorded op.
+pub(crate) struct Input<B: Backend> {
+    /// The input's node when it is tracked.
+    pub(crate) node: Option<Arc<Node<B>>>,
+    /// The input's value, held on the edge when it is a leaf or untracked and a backward step
+    /// or a replay reads it (NOTE [what-is-kept]).
+    pub(crate) held: Option<Kept<B>>,
+}
+
+impl<B: Backend> Input<B> {
+    /// The tracked non-leaf producer whose slot holds this input's value, if any.
+    pub(crate) fn producer(&self) -> Option<&Arc<Node<B>>> {
+        self.node.as_ref().filter(|n| n.kind == NodeKind::Op)
+    }
+}
+
+/// A value kept for backward; its size is counted in [`stats`] while it lives.
+pub(crate) struct Kept<B: Backend> {
+    value: Option<FloatTensor<B>>,
+    bytes: u64,
+    reason: KeepReason,
+}
+
+impl<B: Backend> Kept<B> {
+    pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason) -> Self {
+        let bytes = stats::bytes_of::<B>(&value);
+        stats::on_keep(reason, bytes);
+        Self {
+            value: Some(value),
+            bytes,
+            reason,
+        }
+    }
+
+    pub(crate) fn get(&self) -> &FloatTensor<B> {
+        self.value
+            .as_ref()
+            .expect("remat internal error: a kept value is present until it is dropped")
+    }
+
+    pub(crate) fn into_value(mut self) -> FloatTensor<B> {
+        self.value
+            .take()
+            .expect("remat internal error: a kept value is present until it is dropped")
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl<B: Backend> Drop for Kept<B> {
+    fn drop(&mut self) {
+        stats::on_release(self.reason, self.bytes);
+    }
+}
+
+/// Where a node's output stands for backward (NOTE [what-is-kept]).
+pub(crate) enum Slot<B: Backend> {
+    /// No backward step reads it (or the last read has happened).
+    Unneeded,
+    /// Kept: from the forward pass, or rebuilt during backward.
+    Stored(Kept<B>),
+    /// Needed but dropped: rebuilt by replaying the node's op when first read.
+    Evicted,
+}
+
+impl<B: Backend> Node<B> {
+    /// A new leaf: a tensor that requires a gradient.
+    pub(crate) fn leaf() -> Arc<Self> {
+        Arc::new(Self {
+            id: NodeId::new(),
+            kind: NodeKind::Leaf,
+            info: OpInfo {
+                name: "leaf",
+                cost: crate::checkpoint::policy::Cost::Compute,
+            },
+            placement: Placement {
+                recompute: false,
+                region: 0,
+            },
+            state: Mutex::new(State {
+                op: None,
+                consumed: false,
+                slot: Slot::Unneeded,
+                n_required: 0,
+            }),
+        })
+    }
+
+    /// A new op node.
+    pub(crate) fn op(info: OpInfo, placement: Placement, op: OpState<B>, slot: Slot<B>) -> Self {
+        Self {
+            id: NodeId::new(),
+            kind: NodeKind::Op,
+            info,
+            placement,
+            state: Mutex::new(State {
+                op: Some(op),
+                consumed: false,
+                slot,
+                n_required: 0,
+            }),
+        }
+    }
+
+    /// Locks the node's state. A poisoned lock (a panic in another backward step) is taken
+    /// over: the state itself is never left half-updated by a panic in an inner op.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Marks this node's output as needed by a consumer being recorded.
+    ///
+    /// `rebuildable` says whether the consumer may rely on a replay of this node (its
+    /// placement recomputes and its region is still open); otherwise the value is stored now.
+    pub(crate) fn require_value(&self, value: &FloatTensor<B>, rebuildable: bool) {
+        let mut state = self.lock();
+        match state.slot {
+            Slot::Stored(_) => {}
+            Slot::Evicted if rebuildable => {}
+            Slot::Unneeded if rebuildable => state.slot = Slot::Evicted,
+            Slot::Evicted | Slot::Unneeded => {
+                state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved));
+            }
+        }
+    }
+}
+
+impl<B: Backend> core::fmt::Debug for Node<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("op", &self.info.name)
+            .finish()
+    }
+}
+
+impl<B: Backend> Drop for Node<B> {
+    /// Unlinks the inputs iteratively (NOTE [graph-lifetime]).
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(op) = state.op.take() else {
+            return;
+        };
+        let mut stack: Vec<Arc<Node<B>>> = Vec::new();
+        push_input_nodes(op, &mut stack);
+        while let Some(node) = stack.pop() {
+            if let Some(mut node) = Arc::into_inner(node) {
+                let state = node
+                    .state
+                    .get_mut()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if let Some(op) = state.op.take() {
+                    push_input_nodes(op, &mut stack);
+                }
+                // `node` drops here with no op left: its own `drop` returns at once.
+            }
+        }
+    }
+}
+
+fn push_input_nodes<B: Backend>(op: OpState<B>, stack: &mut Vec<Arc<Node<B>>>) {
+    let OpState { rule, inputs, .. } = op;
+    drop(rule);
+    stack.extend(inputs.into_iter().filter_map(|input| input.node));
+}
+
+/// The backend-independent view of a node used by the backward pass: a graph may span
+/// several inner backends (see `to_backend`).
+pub(crate) trait GraphNode: Send + Sync {
+    fn id(&self) -> NodeId;
+
+    /// Pushes the tracked parents of this node.
+    ///
+    /// # Panics
+    /// If the node was consumed by an earlier backward pass (NOTE [no-retain-graph]).
+    fn push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>);
+
+    /// First planning pass: counts the reads this node's backward step will make.
+    fn plan_reads(&self);
+
+    /// Second planning pass, consumers before producers: counts the reads that rebuilding
+    /// this node will make, and drops values that nothing will read.
+    fn plan_rebuild(&self);
+
+    /// Runs the node's backward step and consumes it.
+    fn step(&self, grads: &mut Gradients);
+
+    /// Clears whatever the step left; returns whether the node was already drained.
+    fn finish(&self) -> bool;
+
+    /// A short description for messages.
+    fn describe(&self) -> String;
+}
+
+impl<B: Backend> GraphNode for Node<B> {
+    fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>) {
+        let state = self.lock();
+        if state.consumed {
+            drop(state);
+            panic!(
+                "remat: backward reached {}, which an earlier backward pass already consumed. \
+                 Graphs are not retained after backward (as in Burn): run the forward pass \
+                 again before the next backward, or call backward once on the sum of the losses.",
+                self.describe()
+            );
+        }
+        if let Some(op) = &state.op {
+            for input in &op.inputs {
+                if let Some(node) = &input.node {
+                    out.push(node.clone());
+                }
+            }
+            op.rule.push_foreign_parents(out);
+        }
+    }
+
+    fn plan_reads(&self) {
+        let mut state = self.lock();
+        let Some(op) = &state.op else {
+            return;
+        };
+        let reads = op.reads;
+        for (i, input) in op.inputs.iter().enumerate() {
+            if reads.has_input(i)
+                && let Some(producer) = input.producer()
+            {
+                producer.lock().n_required += 1;
+            }
+        }
+        if reads.output {
+            state.n_required += 1;
+        }
+    }
+
+    fn plan_rebuild(&self) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        match state.slot {
+            Slot::Evicted if state.n_required > 0 => {
+                let op = state
+                    .op
+                    .as_ref()
+                    .expect("remat internal error: an evicted value's op is kept until its step");
+                for input in &op.inputs {
+                    if let Some(producer) = input.producer() {
+                        producer.lock().n_required += 1;
+                    }
+                }
+            }
+            Slot::Evicted | Slot::Stored(_) if state.n_required == 0 => {
+                // A backup that nothing in this backward pass reads.
+                state.slot = Slot::Unneeded;
+            }
+            _ => {}
+        }
+    }
+
+    fn step(&self, grads: &mut Gradients) {
+        if self.kind == NodeKind::Leaf {
+            return;
+        }
+        let rebuild_own = {
+            let state = self.lock();
+            state.op.as_ref().is_some_and(|op| op.reads.output)
+                && matches!(state.slot, Slot::Evicted)
+                && state.n_required > 0
+        };
+        if rebuild_own {
+            retrieve::rebuild(self);
+        }
+        let op = {
+            let mut state = self.lock();
+            state.consumed = true;
+            state.op.take()
+        };
+        let Some(op) = op else {
+            return;
+        };
+        let grad = grads.take::<B>(self.id);
+        let mut cx = Vjp::new(self, &op.inputs, op.reads, grads);
+        if let Some(grad) = grad {
+            op.rule.vjp(&mut cx, grad);
+        }
+        cx.release_unread();
+        drop(op);
+    }
+
+    fn finish(&self) -> bool {
+        let mut state = self.lock();
+        let drained =
+            matches!(state.slot, Slot::Unneeded) && state.n_required == 0 && state.op.is_none();
+        state.slot = Slot::Unneeded;
+        state.n_required = 0;
+        drained || self.kind == NodeKind::Leaf
+    }
+
+    fn describe(&self) -> String {
+        match self.kind {
+            NodeKind::Leaf => format!("leaf {}", self.id),
+            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.info.name),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! # remat
+//!
+//! Reverse-mode automatic differentiation for [Burn](https://burn.dev) with a first-class
+//! activation-checkpointing engine.
+//!
+//! [`Autodiff<B, C>`] wraps any inner backend `B`. The forward pass records a graph; every
+//! value a backward step needs is either kept or dropped and *rematerialized* later by
+//! replaying the ops that produced it, and each value is freed at its last use. Which values
+//! are kept is a run-time [`Policy`], chosen per process ([`set_policy`]), per scope
+//! ([`with_policy`]) or per region ([`checkpoint`]). [`stats`] reports exactly what is kept.
+//!
+//! Burn users normally reach this crate through the `burn-autodiff` compatibility crate (one
+//! `[patch.crates-io]` line): every Burn model then runs on remat unchanged.
+//!
+//! # Feature flags
+//! - `std` (default): required; the engine uses threads-locals for scoped policies.
+//! - `tracing`: `tracing` events, one per retrieval (debug) and one per replay (trace).
+//! - `export_tests`: backward asserts that the checkpointer is drained after each pass.
+
+#![deny(missing_docs)]
+
+mod backend;
+pub mod checkpoint;
+pub mod grads;
+pub(crate) mod graph;
+pub mod ops;
+pub mod stats;
+mod tensor;
+
+pub use backend::Autodiff;
+pub use checkpoint::checkpoint;
+pub use checkpoint::policy::{
+    Cost, Decision, OpInfo, Policy, Selector, policy, set_policy, with_policy,
+};
+pub use graph::NodeId;
+pub use stats::{KeepReason, Stats, reset_stats, stats};
+pub use tensor::AutodiffTensor;

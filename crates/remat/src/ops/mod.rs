@@ -1,0 +1,15 @@
+//! Op families. Each file describes its ops once, as rules (see [`rule`]): forward, what the
+//! backward reads, the backward itself, and the cost class.
+//!
+//! # Invariants
+//! - Rules never store tensors they read in backward: saved values go through the engine
+//!   (slots and held edges), so that policies can drop and rebuild them.
+
+pub(crate) mod binary;
+pub(crate) mod common;
+pub(crate) mod index;
+pub(crate) mod linalg;
+pub(crate) mod reduce;
+pub(crate) mod rule;
+pub(crate) mod shape;
+pub(crate) mod unary;

@@ -1,0 +1,289 @@
+//! The one pattern every op follows: a [`Rule`] describes an op once (its forward, what its
+//! backward reads, the backward itself, its cost class), and [`record`] does the shared work.
+//!
+//! NOTE [one-rule]: the forward recorded with a node is the same code that the forward pass
+//! ran, so every node is replayable by construction and a replay is bit-identical to the
+//! forward. A rule's `vjp` reads saved values only through [`Vjp`], which hands out stored or
+//! rebuilt values and checks that the rule reads only what it declared.
+
+use std::sync::Arc;
+
+use burn_backend::{Backend, tensor::FloatTensor};
+use smallvec::SmallVec;
+
+use crate::checkpoint::policy::{self, OpInfo};
+use crate::checkpoint::retrieve;
+use crate::grads::Gradients;
+use crate::graph::{GraphNode, Input, Kept, Node, NodeKind, OpState, Slot};
+use crate::stats::KeepReason;
+use crate::tensor::AutodiffTensor;
+
+/// The float values an op reads: its inputs in order.
+pub(crate) type Values<B> = SmallVec<[FloatTensor<B>; 2]>;
+
+/// Which values a backward step reads: a set of inputs and maybe the output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reads {
+    inputs: u32,
+    pub(crate) output: bool,
+}
+
+impl Reads {
+    /// Reads nothing.
+    pub(crate) const NOTHING: Reads = Reads {
+        inputs: 0,
+        output: false,
+    };
+    /// Reads the output.
+    pub(crate) const OUTPUT: Reads = Reads {
+        inputs: 0,
+        output: true,
+    };
+
+    /// Reads input `i`.
+    pub(crate) const fn input(i: usize) -> Reads {
+        Reads {
+            inputs: 1 << i,
+            output: false,
+        }
+    }
+
+    /// Also reads input `i` when `cond` holds.
+    pub(crate) const fn with_input_if(self, i: usize, cond: bool) -> Reads {
+        if cond {
+            Reads {
+                inputs: self.inputs | (1 << i),
+                output: self.output,
+            }
+        } else {
+            self
+        }
+    }
+
+    /// Also reads the output when `cond` holds.
+    pub(crate) const fn with_output_if(self, cond: bool) -> Reads {
+        Reads {
+            inputs: self.inputs,
+            output: self.output || cond,
+        }
+    }
+
+    pub(crate) const fn has_input(self, i: usize) -> bool {
+        self.inputs & (1 << i) != 0
+    }
+}
+
+/// Which inputs of an op are tracked (need a gradient).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tracked(u32);
+
+impl Tracked {
+    pub(crate) const fn get(self, i: usize) -> bool {
+        self.0 & (1 << i) != 0
+    }
+}
+
+/// An op, described once (NOTE [one-rule]).
+pub(crate) trait Rule<B: Backend>: Send + Sync + 'static {
+    /// Name and cost class, for policies and statistics.
+    fn info(&self) -> OpInfo;
+
+    /// Computes the output from the inputs. Runs in the forward pass and in every replay.
+    fn forward(&self, inputs: Values<B>) -> FloatTensor<B>;
+
+    /// What the backward step reads, given which inputs need a gradient.
+    fn reads(&self, tracked: Tracked) -> Reads;
+
+    /// The backward step: from the output's gradient, sets the gradient of each tracked input.
+    fn vjp(&self, cx: &mut Vjp<'_, B>, grad: FloatTensor<B>);
+
+    /// Whether replaying `forward` reproduces the output bit for bit. False for random ops
+    /// and transfers between backends.
+    fn replayable(&self) -> bool {
+        self.info().cost != policy::Cost::Random
+    }
+
+    /// Parents on another inner backend (only transfers have some).
+    fn push_foreign_parents(&self, _out: &mut Vec<Arc<dyn GraphNode>>) {}
+}
+
+/// The context of one backward step: reads saved values, sets input gradients.
+pub(crate) struct Vjp<'a, B: Backend> {
+    node: &'a Node<B>,
+    inputs: &'a [Input<B>],
+    reads: Reads,
+    done: Reads,
+    grads: &'a mut Gradients,
+}
+
+impl<'a, B: Backend> Vjp<'a, B> {
+    pub(crate) fn new(
+        node: &'a Node<B>,
+        inputs: &'a [Input<B>],
+        reads: Reads,
+        grads: &'a mut Gradients,
+    ) -> Self {
+        Self {
+            node,
+            inputs,
+            reads,
+            done: Reads::NOTHING,
+            grads,
+        }
+    }
+
+    /// Whether input `i` needs a gradient.
+    pub(crate) fn needs_grad(&self, i: usize) -> bool {
+        self.inputs[i].node.is_some()
+    }
+
+    /// The value of input `i`, which the rule declared it reads.
+    pub(crate) fn input(&mut self, i: usize) -> FloatTensor<B> {
+        debug_assert!(
+            self.reads.has_input(i) && !self.done.has_input(i),
+            "remat internal error: op `{}` reads input {i} without declaring it (or twice)",
+            self.node.info.name
+        );
+        self.done = self.done.with_input_if(i, true);
+        retrieve::read_input(&self.inputs[i])
+    }
+
+    /// The op's output, which the rule declared it reads.
+    pub(crate) fn output(&mut self) -> FloatTensor<B> {
+        debug_assert!(
+            self.reads.output && !self.done.output,
+            "remat internal error: op `{}` reads its output without declaring it (or twice)",
+            self.node.info.name
+        );
+        self.done.output = true;
+        retrieve::read_value(self.node)
+    }
+
+    /// Sets the gradient of input `i` (accumulated with other gradients of the same node).
+    /// Dropped when the input needs none.
+    pub(crate) fn set(&mut self, i: usize, grad: FloatTensor<B>) {
+        if let Some(node) = &self.inputs[i].node {
+            self.grads.register::<B>(node.id, grad);
+        }
+    }
+
+    /// The gradients container, for rules whose parents live on another backend.
+    pub(crate) fn grads(&mut self) -> &mut Gradients {
+        self.grads
+    }
+
+    /// Performs the declared reads the rule did not make, so that counts drain.
+    pub(crate) fn release_unread(&mut self) {
+        for i in 0..self.inputs.len() {
+            if self.reads.has_input(i) && !self.done.has_input(i) {
+                self.done = self.done.with_input_if(i, true);
+                drop(retrieve::read_input(&self.inputs[i]));
+            }
+        }
+        if self.reads.output && !self.done.output {
+            self.done.output = true;
+            drop(retrieve::read_value(self.node));
+        }
+    }
+}
+
+/// Records `rule` applied to `inputs` and returns its output.
+///
+/// When no input is tracked nothing is recorded: the op just runs on the inner backend.
+/// `balanced` is true for tensors under Burn's `BalancedCheckpointing`.
+pub(crate) fn record<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: SmallVec<[AutodiffTensor<B>; 2]>,
+    balanced: bool,
+) -> AutodiffTensor<B> {
+    record_impl(rule, inputs, balanced, None)
+}
+
+/// Like [`record`], with the forward output already computed by the caller (for ops whose
+/// inner call also returns something else, such as indices). `rule.forward` must reproduce
+/// `output` bit for bit.
+pub(crate) fn record_computed<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: SmallVec<[AutodiffTensor<B>; 2]>,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    record_impl(rule, inputs, balanced, Some(output))
+}
+
+fn record_impl<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: SmallVec<[AutodiffTensor<B>; 2]>,
+    balanced: bool,
+    output: Option<FloatTensor<B>>,
+) -> AutodiffTensor<B> {
+    let mut mask = 0u32;
+    for (i, input) in inputs.iter().enumerate() {
+        if input.node.is_some() {
+            mask |= 1 << i;
+        }
+    }
+    if mask == 0 {
+        let values: Values<B> = inputs.into_iter().map(|t| t.primitive).collect();
+        let output = output.unwrap_or_else(|| rule.forward(values));
+        return AutodiffTensor::new(output);
+    }
+
+    let info = rule.info();
+    let placement = policy::place(&info, rule.replayable(), balanced);
+    let reads = rule.reads(Tracked(mask));
+
+    let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
+    let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
+    for (i, input) in inputs.into_iter().enumerate() {
+        let AutodiffTensor { primitive, node } = input;
+        let needed = reads.has_input(i) || placement.recompute;
+        let mut held = None;
+        match &node {
+            Some(parent) if parent.kind == NodeKind::Op => {
+                if needed {
+                    let rebuildable = parent.placement.recompute
+                        && policy::region_active(parent.placement.region);
+                    parent.require_value(&primitive, rebuildable);
+                }
+            }
+            Some(_leaf) => {
+                if needed {
+                    held = Some(Kept::new(primitive.clone(), KeepReason::Leaf));
+                }
+            }
+            None => {
+                if needed {
+                    held = Some(Kept::new(primitive.clone(), KeepReason::Constant));
+                }
+            }
+        }
+        edges.push(Input { node, held });
+        values.push(primitive);
+    }
+
+    let output = match output {
+        Some(output) => {
+            drop(values);
+            output
+        }
+        None => rule.forward(values),
+    };
+    let slot = if !reads.output {
+        Slot::Unneeded
+    } else if placement.recompute {
+        Slot::Evicted
+    } else {
+        Slot::Stored(Kept::new(output.clone(), KeepReason::Saved))
+    };
+    let op = OpState {
+        rule: Box::new(rule),
+        inputs: edges,
+        reads,
+    };
+    let node = Arc::new(Node::op(info, placement, op, slot));
+    AutodiffTensor {
+        primitive: output,
+        node: Some(node),
+    }
+}
