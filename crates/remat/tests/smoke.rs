@@ -4,7 +4,10 @@ use remat::Autodiff;
 use remat::checkpoint::strategy::BalancedCheckpointing;
 
 fn data<B: Backend>(t: burn_backend::tensor::FloatTensor<B>) -> Vec<f32> {
-    burn_backend::read_sync(B::float_into_data(t)).unwrap().to_vec().unwrap()
+    burn_backend::read_sync(B::float_into_data(t))
+        .unwrap()
+        .to_vec()
+        .unwrap()
 }
 
 fn run<B: Backend + burn_backend::AutodiffBackend>() -> (Vec<f32>, Vec<f32>) {

@@ -157,15 +157,16 @@ impl<B: Backend> Rule<B> for BinaryRule {
                     let d = B::float_powf(l.clone(), B::float_sub_scalar(r.clone(), scalar(1.0)));
                     B::float_mul(g.clone(), B::float_mul(r, d))
                 });
-                let gr = tr.then(|| {
-                    B::float_mul(g, B::float_mul(cx.output(), B::float_log(l)))
-                });
+                let gr = tr.then(|| B::float_mul(g, B::float_mul(cx.output(), B::float_log(l))));
                 (gl, gr)
             }
             // d/dy atan2(y, x) = x / (x^2 + y^2) ; d/dx = -y / (x^2 + y^2)
             Binary::Atan2 => {
                 let (y, x) = (cx.input(0), cx.input(1));
-                let den = B::float_add(B::float_mul(x.clone(), x.clone()), B::float_mul(y.clone(), y.clone()));
+                let den = B::float_add(
+                    B::float_mul(x.clone(), x.clone()),
+                    B::float_mul(y.clone(), y.clone()),
+                );
                 let gl = tl.then(|| B::float_div(B::float_mul(g.clone(), x), den.clone()));
                 let gr = tr.then(|| B::float_neg(B::float_div(B::float_mul(g, y), den)));
                 (gl, gr)

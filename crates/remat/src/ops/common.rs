@@ -1,7 +1,7 @@
 //! Small helpers shared by the backward rules of several families.
 
-use burn_backend::{Backend, Scalar, TensorMetadata, get_or_init_device_settings};
 use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, Scalar, TensorMetadata, get_or_init_device_settings};
 use burn_std::{BoolDType, Shape};
 
 /// A float scalar.

@@ -51,7 +51,10 @@ pub(crate) enum Unary {
     /// Clamp to `[min, max]`, either bound optional.
     Clamp(Option<Scalar>, Option<Scalar>),
     /// Cast to `to` from `from`.
-    Cast { to: FloatDType, from: FloatDType },
+    Cast {
+        to: FloatDType,
+        from: FloatDType,
+    },
 }
 
 /// Records `op` applied to `tensor`.
@@ -214,7 +217,10 @@ impl<B: Backend> Rule<B> for Unary {
             // d/dx tan(x) = 1 + tan(x)^2
             Unary::Tan => {
                 let y = cx.output();
-                B::float_mul(g, B::float_add_scalar(B::float_mul(y.clone(), y), scalar(1.0)))
+                B::float_mul(
+                    g,
+                    B::float_add_scalar(B::float_mul(y.clone(), y), scalar(1.0)),
+                )
             }
             Unary::Cosh => B::float_mul(g, B::float_sinh(cx.input(0))),
             Unary::Sinh => B::float_mul(g, B::float_cosh(cx.input(0))),
