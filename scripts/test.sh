@@ -1,5 +1,44 @@
 #!/usr/bin/env bash
-# The test command (README.md): every test of the main workspace.
+# The test command (README.md, and what CI's .ci/run calls):
+#   1. the oracle (oracle/, a separate workspace with Burn's own burn-autodiff, no patch) runs
+#      the model programs of crates/remat-models and writes reference values;
+#   2. the oracle's own tests: backend-level parity, Burn's autodiff vs remat in one process;
+#   3. every test of the main workspace, including the model-level parity test that reads the
+#      references of step 1 (required here: a missing reference is a failure, not a skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace
+ROOT="$(pwd)"
+
+export REMAT_ORACLE_DIR="${REMAT_ORACLE_DIR:-$ROOT/target/oracle-reference}"
+export REMAT_REQUIRE_ORACLE=1
+
+step() {
+    printf '\n==> %s\n' "$*"
+}
+fail() {
+    printf '\nFAILED: %s\n' "$*" >&2
+    exit 1
+}
+elapsed() {
+    printf '    (%ss)\n' "$((SECONDS - $1))"
+}
+
+start=$SECONDS
+step "oracle: reference values from Burn's own autodiff -> $REMAT_ORACLE_DIR"
+rm -rf "$REMAT_ORACLE_DIR"
+cargo run --manifest-path oracle/Cargo.toml --bin remat-oracle -- "$REMAT_ORACLE_DIR" \
+    || fail "the oracle program (cargo run --manifest-path oracle/Cargo.toml)"
+elapsed "$start"
+
+start=$SECONDS
+step "oracle tests: Burn's autodiff vs remat at the backend level"
+cargo test --manifest-path oracle/Cargo.toml \
+    || fail "the oracle tests (cargo test --manifest-path oracle/Cargo.toml)"
+elapsed "$start"
+
+start=$SECONDS
+step "main workspace: cargo test --workspace"
+cargo test --workspace || fail "the main workspace tests (cargo test --workspace)"
+elapsed "$start"
+
+printf '\nAll tests passed.\n'
