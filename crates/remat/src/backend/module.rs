@@ -1,4 +1,6 @@
-//! Module ops (being written).
+//! Module ops: each differentiable method records through its family (`ops::conv`,
+//! `ops::pool`, `ops::module`, `ops::attention`). Provided methods not overridden here keep
+//! Burn's default, which composes differentiable float ops.
 
 use burn_backend::Backend;
 use burn_backend::ops::*;
@@ -7,15 +9,76 @@ use burn_std::IntDType;
 
 use crate::backend::Autodiff;
 use crate::checkpoint::strategy::CheckpointStrategy;
+use crate::ops::conv::{self, Conv};
+use crate::ops::pool::{self, Pool, PoolBackward, Window};
+use crate::ops::{attention, module};
+use crate::tensor::AutodiffTensor;
+
+/// The window of an average pool (no dilation).
+fn avg_window<const N: usize>(
+    kernel_size: [usize; N],
+    stride: [usize; N],
+    padding: [usize; N],
+    ceil_mode: bool,
+) -> Window<N> {
+    Window {
+        kernel_size,
+        stride,
+        padding,
+        dilation: [1; N],
+        ceil_mode,
+    }
+}
 
 impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
+    fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        module::embedding(C::BALANCED, weights, indices)
+    }
+
+    fn linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        module::linear(C::BALANCED, x, weight, bias)
+    }
+
+    fn batch_norm_train(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> BatchNormTrain<Self> {
+        let [output, mean, variance] =
+            module::batch_norm_train(C::BALANCED, x, gamma, beta, epsilon);
+        BatchNormTrain::new(output, mean, variance)
+    }
+
+    fn layer_norm(
+        tensor: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        module::layer_norm(C::BALANCED, tensor, gamma, beta, epsilon)
+    }
+
+    fn conv1d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Self> {
+        conv::conv(C::BALANCED, Conv::Conv1d(options), x, weight, bias)
+    }
+
     fn conv2d(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        todo!()
+        conv::conv(C::BALANCED, Conv::Conv2d(options), x, weight, bias)
     }
 
     fn deform_conv2d(
@@ -26,9 +89,11 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        todo!()
+        conv::deform_conv2d(C::BALANCED, x, offset, weight, mask, bias, options)
     }
 
+    /// # Panics
+    /// When an argument is tracked: differentiating this backward is not supported.
     fn deform_conv2d_backward(
         x: FloatTensor<Self>,
         offset: FloatTensor<Self>,
@@ -38,7 +103,32 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        todo!()
+        let tracked = [&x, &offset, &weight, &output_grad]
+            .into_iter()
+            .chain(mask.as_ref())
+            .chain(bias.as_ref())
+            .any(AutodiffTensor::is_tracked);
+        assert!(
+            !tracked,
+            "remat: double backward through deform_conv2d is not supported \
+             (deform_conv2d_backward was called on tracked tensors; detach them first)"
+        );
+        let grads = B::deform_conv2d_backward(
+            x.primitive,
+            offset.primitive,
+            weight.primitive,
+            mask.map(|m| m.primitive),
+            bias.map(|b| b.primitive),
+            output_grad.primitive,
+            options,
+        );
+        DeformConv2dBackward::new(
+            AutodiffTensor::new(grads.x_grad),
+            AutodiffTensor::new(grads.offset_grad),
+            AutodiffTensor::new(grads.weight_grad),
+            grads.mask_grad.map(AutodiffTensor::new),
+            grads.bias_grad.map(AutodiffTensor::new),
+        )
     }
 
     fn conv3d(
@@ -47,7 +137,16 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Self> {
-        todo!()
+        conv::conv(C::BALANCED, Conv::Conv3d(options), x, weight, bias)
+    }
+
+    fn conv_transpose1d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Self> {
+        conv::conv(C::BALANCED, Conv::ConvTranspose1d(options), x, weight, bias)
     }
 
     fn conv_transpose2d(
@@ -56,7 +155,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Self> {
-        todo!()
+        conv::conv(C::BALANCED, Conv::ConvTranspose2d(options), x, weight, bias)
     }
 
     fn conv_transpose3d(
@@ -65,7 +164,36 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Self> {
-        todo!()
+        conv::conv(C::BALANCED, Conv::ConvTranspose3d(options), x, weight, bias)
+    }
+
+    fn unfold4d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        options: UnfoldOptions,
+    ) -> FloatTensor<Self> {
+        module::unfold4d(C::BALANCED, x, kernel_size, options)
+    }
+
+    fn fold4d(
+        x: FloatTensor<Self>,
+        output_size: [usize; 2],
+        kernel_size: [usize; 2],
+        options: UnfoldOptions,
+    ) -> FloatTensor<Self> {
+        module::fold4d(C::BALANCED, x, output_size, kernel_size, options)
+    }
+
+    fn avg_pool1d(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        count_include_pad: bool,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
+        let w = avg_window([kernel_size], [stride], [padding], ceil_mode);
+        pool::pool(C::BALANCED, Pool::Avg1d(w, count_include_pad), x)
     }
 
     fn avg_pool2d(
@@ -76,7 +204,8 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         count_include_pad: bool,
         ceil_mode: bool,
     ) -> FloatTensor<Self> {
-        todo!()
+        let w = avg_window(kernel_size, stride, padding, ceil_mode);
+        pool::pool(C::BALANCED, Pool::Avg2d(w, count_include_pad), x)
     }
 
     fn avg_pool2d_backward(
@@ -88,29 +217,73 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         count_include_pad: bool,
         ceil_mode: bool,
     ) -> FloatTensor<Self> {
-        todo!()
+        let w = avg_window(kernel_size, stride, padding, ceil_mode);
+        let op = PoolBackward::Avg2d(w, count_include_pad);
+        pool::pool_backward(C::BALANCED, op, x, grad)
+    }
+
+    fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self> {
+        pool::pool(C::BALANCED, Pool::AdaptiveAvg1d(output_size), x)
     }
 
     fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
-        todo!()
+        pool::pool(C::BALANCED, Pool::AdaptiveAvg2d(output_size), x)
     }
 
     fn adaptive_avg_pool2d_backward(
         x: FloatTensor<Self>,
         grad: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        todo!()
+        pool::pool_backward(C::BALANCED, PoolBackward::AdaptiveAvg2d, x, grad)
     }
 
     fn adaptive_avg_pool3d(x: FloatTensor<Self>, output_size: [usize; 3]) -> FloatTensor<Self> {
-        todo!()
+        pool::pool(C::BALANCED, Pool::AdaptiveAvg3d(output_size), x)
     }
 
     fn adaptive_avg_pool3d_backward(
         x: FloatTensor<Self>,
         grad: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        todo!()
+        pool::pool_backward(C::BALANCED, PoolBackward::AdaptiveAvg3d, x, grad)
+    }
+
+    fn max_pool1d(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
+        let w = Window {
+            kernel_size: [kernel_size],
+            stride: [stride],
+            padding: [padding],
+            dilation: [dilation],
+            ceil_mode,
+        };
+        pool::max_pool1d(C::BALANCED, x, w)
+    }
+
+    fn max_pool1d_with_indices(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+        indices_dtype: IntDType,
+    ) -> MaxPool1dWithIndices<Self> {
+        let w = Window {
+            kernel_size: [kernel_size],
+            stride: [stride],
+            padding: [padding],
+            dilation: [dilation],
+            ceil_mode,
+        };
+        let (output, indices) = pool::max_pool1d_with_indices(C::BALANCED, x, w, indices_dtype);
+        MaxPool1dWithIndices::new(output, indices)
     }
 
     fn max_pool2d(
@@ -121,7 +294,14 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> FloatTensor<Self> {
-        todo!()
+        let w = Window {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        };
+        pool::max_pool2d(C::BALANCED, x, w)
     }
 
     fn max_pool2d_with_indices(
@@ -133,7 +313,15 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         ceil_mode: bool,
         indices_dtype: IntDType,
     ) -> MaxPool2dWithIndices<Self> {
-        todo!()
+        let w = Window {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        };
+        let (output, indices) = pool::max_pool2d_with_indices(C::BALANCED, x, w, indices_dtype);
+        MaxPool2dWithIndices::new(output, indices)
     }
 
     fn max_pool2d_with_indices_backward(
@@ -146,7 +334,15 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         output_grad: FloatTensor<Self>,
         indices: IntTensor<Self>,
     ) -> MaxPool2dBackward<Self> {
-        todo!()
+        let w = Window {
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        };
+        let op = PoolBackward::Max2d(w, indices);
+        MaxPool2dBackward::new(pool::pool_backward(C::BALANCED, op, x, output_grad))
     }
 
     fn interpolate(
@@ -154,7 +350,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         output_size: [usize; 2],
         options: InterpolateOptions,
     ) -> FloatTensor<Self> {
-        todo!()
+        module::interpolate(C::BALANCED, x, output_size, options)
     }
 
     fn interpolate_backward(
@@ -163,7 +359,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         output_size: [usize; 2],
         options: InterpolateOptions,
     ) -> FloatTensor<Self> {
-        todo!()
+        module::interpolate_backward(C::BALANCED, x, grad, output_size, options)
     }
 
     fn attention(
@@ -174,6 +370,33 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         attn_bias: Option<FloatTensor<Self>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Self> {
-        todo!()
+        attention::attention(C::BALANCED, query, key, value, mask, attn_bias, options)
+    }
+
+    fn ctc_loss(
+        log_probs: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        input_lengths: IntTensor<Self>,
+        target_lengths: IntTensor<Self>,
+        blank: usize,
+    ) -> FloatTensor<Self> {
+        if !B::has_ctc_loss_backward() {
+            // Burn's decomposition, recorded op by op.
+            return ctc::ctc_loss_default::<Self>(
+                log_probs,
+                targets,
+                input_lengths,
+                target_lengths,
+                blank,
+            );
+        }
+        module::ctc_loss(
+            C::BALANCED,
+            log_probs,
+            targets,
+            input_lengths,
+            target_lengths,
+            blank,
+        )
     }
 }

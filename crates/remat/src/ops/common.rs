@@ -43,3 +43,44 @@ pub(crate) fn unbroadcast<B: Backend>(grad: FloatTensor<B>, shape: &Shape) -> Fl
     }
     grad
 }
+
+/// Slices selecting all of `shape` except `slice` along `dim`.
+pub(crate) fn along(shape: &Shape, dim: usize, slice: burn_std::Slice) -> Vec<burn_std::Slice> {
+    shape
+        .iter()
+        .enumerate()
+        .map(|(axis, &size)| {
+            if axis == dim {
+                slice
+            } else {
+                burn_std::Slice::new(0, Some(size as isize), 1)
+            }
+        })
+        .collect()
+}
+
+// NOTE [shape-only-arguments]: several inner backward kernels take a tensor only for its
+// shape and dtype (`conv2d_x_backward` takes `x`, the pool and interpolate backwards take
+// `x`, `embedding_backward` takes the weights). The gradient they compute does not depend on
+// that tensor's values, so rules do not save it: they pass a stand-in of the right shape.
+
+/// An uninitialised stand-in with `shape` and the device and dtype of `like`, for an argument
+/// whose values the kernel does not read (NOTE [shape-only-arguments]).
+pub(crate) fn stand_in<B: Backend>(shape: Shape, like: &FloatTensor<B>) -> FloatTensor<B> {
+    B::float_empty(shape, &like.device(), like.dtype().into())
+}
+
+/// Sums `grad` over every dim but dim 1, giving shape `[channels]`: the gradient of a
+/// per-channel bias or shift.
+pub(crate) fn sum_to_channels<B: Backend>(grad: FloatTensor<B>) -> FloatTensor<B> {
+    let shape = grad.shape();
+    let channels = shape[1];
+    let rest = shape.num_elements() / channels.max(1);
+    let flat = B::float_reshape(B::float_swap_dims(grad, 0, 1), Shape::new([channels, rest]));
+    B::float_reshape(B::float_sum_dim(flat, 1), Shape::new([channels]))
+}
+
+/// The default int dtype of `tensor`'s device (for indices built in forward or backward).
+pub(crate) fn int_dtype<B: Backend>(tensor: &FloatTensor<B>) -> burn_std::IntDType {
+    get_or_init_device_settings::<B>(&tensor.device()).int_dtype
+}

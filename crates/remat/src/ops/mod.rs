@@ -5,11 +5,19 @@
 //! - Rules never store tensors they read in backward: saved values go through the engine
 //!   (slots and held edges), so that policies can drop and rebuild them.
 
+pub(crate) mod activation;
+pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod common;
+pub(crate) mod conv;
 pub(crate) mod index;
 pub(crate) mod linalg;
+pub(crate) mod module;
+pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod rule;
 pub(crate) mod shape;
+mod transfer;
 pub(crate) mod unary;
+
+pub use transfer::DifferentiableTransfer;
