@@ -77,6 +77,14 @@ impl Gradients {
         }
     }
 
+    /// A mutable reference to the gradient of `id` (its address is stable while it stays in
+    /// the container: gradients are boxed).
+    pub(crate) fn get_mut<B: Backend>(&mut self, id: NodeId) -> Option<&mut FloatTensor<B>> {
+        self.map
+            .get_mut(&id)
+            .and_then(|g| g.downcast_mut::<FloatTensor<B>>())
+    }
+
     /// Takes the gradient of an intermediate node for its backward step.
     pub(crate) fn take<B: Backend>(&mut self, id: NodeId) -> Option<FloatTensor<B>> {
         self.remove::<B>(id)

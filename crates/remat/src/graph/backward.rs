@@ -20,15 +20,17 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
     let Some(node) = node else {
         return grads;
     };
-    let ones = B::float_ones(
-        primitive.shape(),
-        &primitive.device(),
-        primitive.dtype().into(),
-    );
+    let device = primitive.device();
+    let ones = B::float_ones(primitive.shape(), &device, primitive.dtype().into());
     drop(primitive);
     grads.register::<B>(node.id, ones);
 
     let order = topological_order(node);
+    let distributed: Vec<_> = order.iter().filter_map(|n| n.distributed()).collect();
+    let is_distributed = !distributed.is_empty();
+    if is_distributed {
+        B::register_sync_parameters(&device, distributed);
+    }
     for n in &order {
         n.plan_reads();
     }
@@ -49,6 +51,9 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
             "remat internal error: the checkpointer is not drained after backward: {}",
             undrained.join(", ")
         );
+    }
+    if is_distributed {
+        B::submit_sync_collective(&device);
     }
     grads
 }

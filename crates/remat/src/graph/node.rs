@@ -22,6 +22,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use burn_backend::distributed::DistributedParams;
 use burn_backend::{Backend, tensor::FloatTensor};
 use smallvec::SmallVec;
 
@@ -47,6 +48,9 @@ pub(crate) struct Node<B: Backend> {
     pub(crate) kind: NodeKind,
     pub(crate) info: OpInfo,
     pub(crate) placement: Placement,
+    /// Set on leaves that are parameters of a distributed model: their gradient is
+    /// submitted for synchronisation once complete.
+    pub(crate) distributed: Option<DistributedParams>,
     pub(crate) state: Mutex<State<B>>,
 }
 
@@ -139,8 +143,14 @@ pub(crate) enum Slot<B: Backend> {
 impl<B: Backend> Node<B> {
     /// A new leaf: a tensor that requires a gradient.
     pub(crate) fn leaf() -> Arc<Self> {
+        Self::leaf_with(NodeId::new(), None)
+    }
+
+    /// A leaf with a given id and distributed parameters.
+    pub(crate) fn leaf_with(id: NodeId, distributed: Option<DistributedParams>) -> Arc<Self> {
         Arc::new(Self {
-            id: NodeId::new(),
+            id,
+            distributed,
             kind: NodeKind::Leaf,
             info: OpInfo {
                 name: "leaf",
@@ -163,6 +173,7 @@ impl<B: Backend> Node<B> {
     pub(crate) fn op(info: OpInfo, placement: Placement, op: OpState<B>, slot: Slot<B>) -> Self {
         Self {
             id: NodeId::new(),
+            distributed: None,
             kind: NodeKind::Op,
             info,
             placement,
@@ -269,6 +280,9 @@ pub(crate) trait GraphNode: Send + Sync {
 
     /// A short description for messages.
     fn describe(&self) -> String;
+
+    /// The distributed parameters of a leaf, if any.
+    fn distributed(&self) -> Option<DistributedParams>;
 }
 
 impl<B: Backend> GraphNode for Node<B> {
@@ -340,6 +354,11 @@ impl<B: Backend> GraphNode for Node<B> {
 
     fn step(&self, grads: &mut Gradients) {
         if self.kind == NodeKind::Leaf {
+            // Every consumer has stepped (leaves come last in the order): the gradient is
+            // complete.
+            if let Some(params) = &self.distributed {
+                crate::backend::submit_leaf_gradient::<B>(self.id, params, grads);
+            }
             return;
         }
         let rebuild_own = {
@@ -375,6 +394,10 @@ impl<B: Backend> GraphNode for Node<B> {
         state.slot = Slot::Unneeded;
         state.n_required = 0;
         drained || self.kind == NodeKind::Leaf
+    }
+
+    fn distributed(&self) -> Option<DistributedParams> {
+        self.distributed.clone()
     }
 
     fn describe(&self) -> String {
