@@ -33,5 +33,5 @@ pub use checkpoint::policy::{
     Cost, Decision, OpInfo, Policy, Selector, policy, set_policy, with_policy,
 };
 pub use graph::NodeId;
-pub use stats::{KeepReason, Stats, reset_stats, stats};
+pub use stats::{KeepReason, SavedValue, SavedValues, Stats, reset_stats, saved_values, stats};
 pub use tensor::AutodiffTensor;

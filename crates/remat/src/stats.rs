@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
+use burn_std::DType;
 
 /// Why a value is kept for backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,10 +59,97 @@ static COUNTERS: Counters = Counters {
     replay_by_op: Mutex::new(BTreeMap::new()),
 };
 
-/// Size in bytes of a float tensor's elements.
-pub(crate) fn bytes_of<B: Backend>(tensor: &FloatTensor<B>) -> u64 {
-    (tensor.shape().num_elements() * tensor.dtype().size()) as u64
+/// One value currently kept, as listed by [`saved_values`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedValue {
+    /// The op the value belongs to: its producer, or for leaves and constants the op that
+    /// holds it as an input.
+    pub op: &'static str,
+    /// The value's shape.
+    pub shape: Vec<usize>,
+    /// The value's element type.
+    pub dtype: DType,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Why it is kept.
+    pub reason: KeepReason,
 }
+
+/// Every value currently kept for backward, in the order they were kept (like JAX's
+/// saved-residuals view). `Display` prints a table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SavedValues(pub Vec<SavedValue>);
+
+static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
+static REGISTRY: Mutex<BTreeMap<u64, SavedValue>> = Mutex::new(BTreeMap::new());
+
+fn registry() -> std::sync::MutexGuard<'static, BTreeMap<u64, SavedValue>> {
+    REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The bookkeeping of one kept value: counted from creation to drop.
+pub(crate) struct Ticket {
+    id: u64,
+    bytes: u64,
+    reason: KeepReason,
+}
+
+impl Ticket {
+    /// Counts `value` as kept for `reason` by op `op`.
+    pub(crate) fn keep<B: Backend>(value: &FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
+        let shape = value.shape();
+        let dtype = value.dtype();
+        let bytes = (shape.num_elements() * dtype.size()) as u64;
+        let id = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
+        on_keep(reason, bytes);
+        registry().insert(
+            id,
+            SavedValue {
+                op,
+                shape: shape.iter().copied().collect(),
+                dtype,
+                bytes,
+                reason,
+            },
+        );
+        Self { id, bytes, reason }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        registry().remove(&self.id);
+        on_release(self.reason, self.bytes);
+    }
+}
+
+/// Lists every value currently kept for backward (see [`SavedValues`]).
+pub fn saved_values() -> SavedValues {
+    SavedValues(registry().values().cloned().collect())
+}
+
+impl fmt::Display for SavedValues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:<18} {:<22} {:<6} {:>10}  reason", "op", "shape", "dtype", "bytes")?;
+        let mut total = 0;
+        for v in &self.0 {
+            let shape = format!("{:?}", v.shape);
+            let dtype = format!("{:?}", v.dtype);
+            writeln!(
+                f,
+                "{:<18} {:<22} {:<6} {:>10}  {:?}",
+                v.op,
+                shape,
+                dtype,
+                human(v.bytes),
+                v.reason
+            )?;
+            total += v.bytes;
+        }
+        write!(f, "{} values, {}", self.0.len(), human(total))
+    }
+}
+
 
 /// Records that a value of `bytes` is now kept for `reason`.
 pub(crate) fn on_keep(reason: KeepReason, bytes: u64) {

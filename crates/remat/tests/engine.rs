@@ -283,3 +283,23 @@ fn gradients_flow_back_through_a_transfer() {
     }
     let _ = Rng::new(0);
 }
+
+#[test]
+fn saved_values_lists_what_is_kept_and_why() {
+    let _s = serial();
+    let x = leaf(vec![0.5, 1.0, 1.5], &[3]);
+    let y = remat::with_policy(Policy::SaveAll, || A::float_exp(A::float_sin(x.clone())));
+    let saved = remat::saved_values();
+    let ops: Vec<_> = saved.0.iter().map(|v| (v.op, v.reason, v.shape.clone())).collect();
+    assert_eq!(
+        ops,
+        vec![
+            ("sin", remat::KeepReason::Leaf, vec![3]),
+            ("exp", remat::KeepReason::Saved, vec![3]),
+        ]
+    );
+    let table = saved.to_string();
+    assert!(table.contains("exp") && table.contains("Saved") && table.contains("2 values"));
+    drop(y);
+    assert!(remat::saved_values().0.is_empty());
+}

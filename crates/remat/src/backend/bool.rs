@@ -6,10 +6,9 @@
 
 use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
-use burn_backend::{Backend, Distribution, ExecutionError, Scalar, TensorData};
-use burn_std::{BoolDType, FloatDType, IndexingUpdateOp, IntDType, PadMode, Shape, Slice};
+use burn_backend::{Backend, ExecutionError, Scalar, TensorData};
+use burn_std::{BoolDType, FloatDType, IntDType, Shape, Slice};
 use core::future::Future;
-use core::ops::Range;
 
 use crate::backend::Autodiff;
 use crate::checkpoint::strategy::CheckpointStrategy;

@@ -133,5 +133,5 @@ fn replay<B: Backend>(node: &Node<B>) {
     tracing::trace!(node = %node.id, op = node.info.name, "remat: replay");
     let value = op.rule.forward(values);
     stats::on_replay(node.info.name);
-    state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt));
+    state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.info.name));
 }

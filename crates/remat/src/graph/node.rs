@@ -89,21 +89,21 @@ impl<B: Backend> Input<B> {
     }
 }
 
-/// A value kept for backward; its size is counted in [`stats`] while it lives.
+/// A value kept for backward; it is counted in [`stats`] (and listed by
+/// [`saved_values`](crate::stats::saved_values)) while it lives.
 pub(crate) struct Kept<B: Backend> {
     value: Option<FloatTensor<B>>,
-    bytes: u64,
-    reason: KeepReason,
+    _ticket: stats::Ticket,
 }
 
 impl<B: Backend> Kept<B> {
-    pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason) -> Self {
-        let bytes = stats::bytes_of::<B>(&value);
-        stats::on_keep(reason, bytes);
+    /// Keeps `value` for `reason`; `op` names the op it belongs to (its producer, or the
+    /// consumer that holds it on an edge).
+    pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
+        let ticket = stats::Ticket::keep::<B>(&value, reason, op);
         Self {
             value: Some(value),
-            bytes,
-            reason,
+            _ticket: ticket,
         }
     }
 
@@ -117,16 +117,6 @@ impl<B: Backend> Kept<B> {
         self.value
             .take()
             .expect("remat internal error: a kept value is present until it is dropped")
-    }
-
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
-    }
-}
-
-impl<B: Backend> Drop for Kept<B> {
-    fn drop(&mut self) {
-        stats::on_release(self.reason, self.bytes);
     }
 }
 
@@ -205,7 +195,7 @@ impl<B: Backend> Node<B> {
             Slot::Evicted if rebuildable => {}
             Slot::Unneeded if rebuildable => state.slot = Slot::Evicted,
             Slot::Evicted | Slot::Unneeded => {
-                state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved));
+                state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.info.name));
             }
         }
     }

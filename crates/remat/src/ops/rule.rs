@@ -249,12 +249,12 @@ fn record_impl<B: Backend, R: Rule<B>>(
             }
             Some(_leaf) => {
                 if needed {
-                    held = Some(Kept::new(primitive.clone(), KeepReason::Leaf));
+                    held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, info.name));
                 }
             }
             None => {
                 if needed {
-                    held = Some(Kept::new(primitive.clone(), KeepReason::Constant));
+                    held = Some(Kept::new(primitive.clone(), KeepReason::Constant, info.name));
                 }
             }
         }
@@ -274,7 +274,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
     } else if placement.recompute {
         Slot::Evicted
     } else {
-        Slot::Stored(Kept::new(output.clone(), KeepReason::Saved))
+        Slot::Stored(Kept::new(output.clone(), KeepReason::Saved, info.name))
     };
     let op = OpState {
         rule: Box::new(rule),
