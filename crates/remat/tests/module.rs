@@ -15,6 +15,9 @@ use burn_backend::{
 use burn_std::{IntDType, Scalar};
 use support::{A, Input, Rng, T, check, tensor, values};
 
+/// A one-tensor op under test.
+type Unary = fn(T) -> T;
+
 /// Random inputs with the given shapes.
 fn inputs(seed: u64, shapes: &[&[usize]]) -> Vec<Input> {
     let mut rng = Rng::new(seed);
@@ -704,7 +707,7 @@ fn norms() {
 #[test]
 fn activations() {
     let x = inputs(120, &[&[3, 4]]);
-    let ops: Vec<(&str, fn(T) -> T)> = vec![
+    let ops: Vec<(&str, Unary)> = vec![
         ("relu", A::relu),
         ("gelu", A::gelu),
         ("sigmoid", A::sigmoid),

@@ -69,7 +69,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Self> {
-        conv::conv(C::BALANCED, Conv::Conv1d(options), x, weight, bias)
+        conv::conv(C::BALANCED, Conv::Plain1d(options), x, weight, bias)
     }
 
     fn conv2d(
@@ -78,7 +78,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        conv::conv(C::BALANCED, Conv::Conv2d(options), x, weight, bias)
+        conv::conv(C::BALANCED, Conv::Plain2d(options), x, weight, bias)
     }
 
     fn deform_conv2d(
@@ -137,7 +137,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<3>,
     ) -> FloatTensor<Self> {
-        conv::conv(C::BALANCED, Conv::Conv3d(options), x, weight, bias)
+        conv::conv(C::BALANCED, Conv::Plain3d(options), x, weight, bias)
     }
 
     fn conv_transpose1d(
@@ -146,7 +146,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvTransposeOptions<1>,
     ) -> FloatTensor<Self> {
-        conv::conv(C::BALANCED, Conv::ConvTranspose1d(options), x, weight, bias)
+        conv::conv(C::BALANCED, Conv::Transpose1d(options), x, weight, bias)
     }
 
     fn conv_transpose2d(
@@ -155,7 +155,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Self> {
-        conv::conv(C::BALANCED, Conv::ConvTranspose2d(options), x, weight, bias)
+        conv::conv(C::BALANCED, Conv::Transpose2d(options), x, weight, bias)
     }
 
     fn conv_transpose3d(
@@ -164,7 +164,7 @@ impl<B: Backend, C: CheckpointStrategy> ModuleOps<Self> for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
         options: ConvTransposeOptions<3>,
     ) -> FloatTensor<Self> {
-        conv::conv(C::BALANCED, Conv::ConvTranspose3d(options), x, weight, bias)
+        conv::conv(C::BALANCED, Conv::Transpose3d(options), x, weight, bias)
     }
 
     fn unfold4d(

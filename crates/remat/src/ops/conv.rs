@@ -20,12 +20,12 @@ use crate::tensor::AutodiffTensor;
 /// A convolution with its options. Inputs: `[x, weight, bias?]`.
 #[derive(Clone, Debug)]
 pub(crate) enum Conv {
-    Conv1d(ConvOptions<1>),
-    Conv2d(ConvOptions<2>),
-    Conv3d(ConvOptions<3>),
-    ConvTranspose1d(ConvTransposeOptions<1>),
-    ConvTranspose2d(ConvTransposeOptions<2>),
-    ConvTranspose3d(ConvTransposeOptions<3>),
+    Plain1d(ConvOptions<1>),
+    Plain2d(ConvOptions<2>),
+    Plain3d(ConvOptions<3>),
+    Transpose1d(ConvTransposeOptions<1>),
+    Transpose2d(ConvTransposeOptions<2>),
+    Transpose3d(ConvTransposeOptions<3>),
 }
 
 /// A convolution and the input shapes its stand-ins need.
@@ -60,12 +60,12 @@ pub(crate) fn conv<B: Backend>(
 impl Conv {
     fn name(&self) -> &'static str {
         match self {
-            Conv::Conv1d(_) => "conv1d",
-            Conv::Conv2d(_) => "conv2d",
-            Conv::Conv3d(_) => "conv3d",
-            Conv::ConvTranspose1d(_) => "conv_transpose1d",
-            Conv::ConvTranspose2d(_) => "conv_transpose2d",
-            Conv::ConvTranspose3d(_) => "conv_transpose3d",
+            Conv::Plain1d(_) => "conv1d",
+            Conv::Plain2d(_) => "conv2d",
+            Conv::Plain3d(_) => "conv3d",
+            Conv::Transpose1d(_) => "conv_transpose1d",
+            Conv::Transpose2d(_) => "conv_transpose2d",
+            Conv::Transpose3d(_) => "conv_transpose3d",
         }
     }
 
@@ -78,12 +78,12 @@ impl Conv {
     ) -> FloatTensor<B> {
         let x = || stand_in::<B>(x_shape.clone(), &g);
         match self {
-            Conv::Conv1d(o) => B::conv1d_x_backward(x(), weight, g, o.clone()),
-            Conv::Conv2d(o) => B::conv2d_x_backward(x(), weight, g, o.clone()),
-            Conv::Conv3d(o) => B::conv3d_x_backward(x(), weight, g, o.clone()),
-            Conv::ConvTranspose1d(o) => B::conv_transpose1d_x_backward(weight, g, o.clone()),
-            Conv::ConvTranspose2d(o) => B::conv_transpose2d_x_backward(weight, g, o.clone()),
-            Conv::ConvTranspose3d(o) => B::conv_transpose3d_x_backward(weight, g, o.clone()),
+            Conv::Plain1d(o) => B::conv1d_x_backward(x(), weight, g, o.clone()),
+            Conv::Plain2d(o) => B::conv2d_x_backward(x(), weight, g, o.clone()),
+            Conv::Plain3d(o) => B::conv3d_x_backward(x(), weight, g, o.clone()),
+            Conv::Transpose1d(o) => B::conv_transpose1d_x_backward(weight, g, o.clone()),
+            Conv::Transpose2d(o) => B::conv_transpose2d_x_backward(weight, g, o.clone()),
+            Conv::Transpose3d(o) => B::conv_transpose3d_x_backward(weight, g, o.clone()),
         }
     }
 
@@ -96,12 +96,12 @@ impl Conv {
     ) -> FloatTensor<B> {
         let w = stand_in::<B>(weight_shape.clone(), &g);
         match self {
-            Conv::Conv1d(o) => B::conv1d_weight_backward(x, w, g, o.clone()),
-            Conv::Conv2d(o) => B::conv2d_weight_backward(x, w, g, o.clone()),
-            Conv::Conv3d(o) => B::conv3d_weight_backward(x, w, g, o.clone()),
-            Conv::ConvTranspose1d(o) => B::conv_transpose1d_weight_backward(x, w, g, o.clone()),
-            Conv::ConvTranspose2d(o) => B::conv_transpose2d_weight_backward(x, w, g, o.clone()),
-            Conv::ConvTranspose3d(o) => B::conv_transpose3d_weight_backward(x, w, g, o.clone()),
+            Conv::Plain1d(o) => B::conv1d_weight_backward(x, w, g, o.clone()),
+            Conv::Plain2d(o) => B::conv2d_weight_backward(x, w, g, o.clone()),
+            Conv::Plain3d(o) => B::conv3d_weight_backward(x, w, g, o.clone()),
+            Conv::Transpose1d(o) => B::conv_transpose1d_weight_backward(x, w, g, o.clone()),
+            Conv::Transpose2d(o) => B::conv_transpose2d_weight_backward(x, w, g, o.clone()),
+            Conv::Transpose3d(o) => B::conv_transpose3d_weight_backward(x, w, g, o.clone()),
         }
     }
 }
@@ -117,12 +117,12 @@ impl<B: Backend> Rule<B> for ConvRule {
     fn forward(&self, inputs: Values<B>) -> FloatTensor<B> {
         let (x, w, b) = take2_opt::<B>(inputs);
         match &self.op {
-            Conv::Conv1d(o) => B::conv1d(x, w, b, o.clone()),
-            Conv::Conv2d(o) => B::conv2d(x, w, b, o.clone()),
-            Conv::Conv3d(o) => B::conv3d(x, w, b, o.clone()),
-            Conv::ConvTranspose1d(o) => B::conv_transpose1d(x, w, b, o.clone()),
-            Conv::ConvTranspose2d(o) => B::conv_transpose2d(x, w, b, o.clone()),
-            Conv::ConvTranspose3d(o) => B::conv_transpose3d(x, w, b, o.clone()),
+            Conv::Plain1d(o) => B::conv1d(x, w, b, o.clone()),
+            Conv::Plain2d(o) => B::conv2d(x, w, b, o.clone()),
+            Conv::Plain3d(o) => B::conv3d(x, w, b, o.clone()),
+            Conv::Transpose1d(o) => B::conv_transpose1d(x, w, b, o.clone()),
+            Conv::Transpose2d(o) => B::conv_transpose2d(x, w, b, o.clone()),
+            Conv::Transpose3d(o) => B::conv_transpose3d(x, w, b, o.clone()),
         }
     }
 
