@@ -84,7 +84,9 @@ static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 static REGISTRY: Mutex<BTreeMap<u64, SavedValue>> = Mutex::new(BTreeMap::new());
 
 fn registry() -> std::sync::MutexGuard<'static, BTreeMap<u64, SavedValue>> {
-    REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The bookkeeping of one kept value: counted from creation to drop.
@@ -96,7 +98,11 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     /// Counts `value` as kept for `reason` by op `op`.
-    pub(crate) fn keep<B: Backend>(value: &FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
+    pub(crate) fn keep<B: Backend>(
+        value: &FloatTensor<B>,
+        reason: KeepReason,
+        op: &'static str,
+    ) -> Self {
         let shape = value.shape();
         let dtype = value.dtype();
         let bytes = (shape.num_elements() * dtype.size()) as u64;
@@ -130,7 +136,11 @@ pub fn saved_values() -> SavedValues {
 
 impl fmt::Display for SavedValues {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<18} {:<22} {:<6} {:>10}  reason", "op", "shape", "dtype", "bytes")?;
+        writeln!(
+            f,
+            "{:<18} {:<22} {:<6} {:>10}  reason",
+            "op", "shape", "dtype", "bytes"
+        )?;
         let mut total = 0;
         for v in &self.0 {
             let shape = format!("{:?}", v.shape);
@@ -149,7 +159,6 @@ impl fmt::Display for SavedValues {
         write!(f, "{} values, {}", self.0.len(), human(total))
     }
 }
-
 
 /// Records that a value of `bytes` is now kept for `reason`.
 pub(crate) fn on_keep(reason: KeepReason, bytes: u64) {

@@ -14,7 +14,7 @@ fn unary_rules() {
         values: rng.vec(12).into_iter().map(|v| 0.5 + 0.4 * v).collect(),
         shape: vec![3, 4],
     };
-    let ops: Vec<(&str, fn(support::T) -> support::T)> = vec![
+    let ops: Vec<(&str, support::Op1)> = vec![
         ("exp", A::float_exp),
         ("log", A::float_log),
         ("log1p", A::float_log1p),
@@ -77,7 +77,7 @@ fn binary_rules_with_broadcasting() {
     let mut rng = Rng::new(2);
     let a = Input::random(&mut rng, &[2, 3, 4], 2.0);
     let b = Input::random(&mut rng, &[3, 1], 2.0);
-    let ops: Vec<(&str, fn(support::T, support::T) -> support::T)> = vec![
+    let ops: Vec<(&str, support::Op2)> = vec![
         ("add", A::float_add),
         ("sub", A::float_sub),
         ("mul", A::float_mul),

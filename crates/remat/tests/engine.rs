@@ -290,7 +290,11 @@ fn saved_values_lists_what_is_kept_and_why() {
     let x = leaf(vec![0.5, 1.0, 1.5], &[3]);
     let y = remat::with_policy(Policy::SaveAll, || A::float_exp(A::float_sin(x.clone())));
     let saved = remat::saved_values();
-    let ops: Vec<_> = saved.0.iter().map(|v| (v.op, v.reason, v.shape.clone())).collect();
+    let ops: Vec<_> = saved
+        .0
+        .iter()
+        .map(|v| (v.op, v.reason, v.shape.clone()))
+        .collect();
     assert_eq!(
         ops,
         vec![

@@ -397,7 +397,8 @@ fn untracked_selections_and_reductions_match_the_inner_backend() {
     let t = tensor(x.values.clone(), &x.shape);
     let inner = support::inner(x.values.clone(), &x.shape);
     type Inner = burn_backend::tensor::FloatTensor<I>;
-    let pairs: Vec<(&str, fn(T) -> T, fn(Inner) -> Inner)> = vec![
+    type Pair = (&'static str, fn(T) -> T, fn(Inner) -> Inner);
+    let pairs: Vec<Pair> = vec![
         ("max", A::float_max, I::float_max),
         ("min", A::float_min, I::float_min),
         ("max_abs", A::float_max_abs, I::float_max_abs),

@@ -27,6 +27,8 @@ use crate::stats::{self, KeepReason};
 /// The last planned read takes the value out of the slot (freed at last use); earlier ones
 /// hand out a clone (a handle clone for Burn's backends).
 pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(node = %node.id, op = node.info.name, "remat: retrieve");
     loop {
         let mut state = node.lock();
         match state.slot {
@@ -80,7 +82,8 @@ pub(crate) fn read_input<B: Backend>(input: &Input<B>) -> FloatTensor<B> {
 /// `node` itself, each exactly once.
 pub(crate) fn rebuild<B: Backend>(node: &Node<B>) {
     #[cfg(feature = "tracing")]
-    tracing::debug!(node = %node.id, op = node.info.name, "remat: rebuilding a dropped value");
+    let _span =
+        tracing::debug_span!("remat: rebuild", node = %node.id, op = node.info.name).entered();
     let mut order: Vec<Arc<Node<B>>> = Vec::new();
     let mut visited: HashSet<NodeId> = HashSet::new();
     let mut stack: Vec<(Arc<Node<B>>, bool)> = Vec::new();

@@ -195,7 +195,8 @@ impl<B: Backend> Node<B> {
             Slot::Evicted if rebuildable => {}
             Slot::Unneeded if rebuildable => state.slot = Slot::Evicted,
             Slot::Evicted | Slot::Unneeded => {
-                state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.info.name));
+                state.slot =
+                    Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.info.name));
             }
         }
     }

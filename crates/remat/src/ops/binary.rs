@@ -124,7 +124,7 @@ impl<B: Backend> Rule<B> for BinaryRule {
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
         let (tl, tr) = (cx.needs_grad(0), cx.needs_grad(1));
         let (gl, gr): (Option<FloatTensor<B>>, Option<FloatTensor<B>>) = match self.op {
-            Binary::Add => (tl.then(|| g.clone()), tr.then(|| g)),
+            Binary::Add => (tl.then(|| g.clone()), tr.then_some(g)),
             Binary::Sub => (tl.then(|| g.clone()), tr.then(|| B::float_neg(g))),
             Binary::Mul => {
                 let gl = tl.then(|| B::float_mul(g.clone(), cx.input(1)));
@@ -147,7 +147,7 @@ impl<B: Backend> Rule<B> for BinaryRule {
                     let q = B::float_floor(B::float_div(cx.input(0), cx.input(1)));
                     B::float_neg(B::float_mul(g.clone(), q))
                 });
-                (tl.then(|| g), gr)
+                (tl.then_some(g), gr)
             }
             // d/dl l^r = r l^(r-1) ; d/dr l^r = l^r ln(l)
             Binary::Powf => {

@@ -254,7 +254,11 @@ fn record_impl<B: Backend, R: Rule<B>>(
             }
             None => {
                 if needed {
-                    held = Some(Kept::new(primitive.clone(), KeepReason::Constant, info.name));
+                    held = Some(Kept::new(
+                        primitive.clone(),
+                        KeepReason::Constant,
+                        info.name,
+                    ));
                 }
             }
         }

@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{AutodiffBackend, Backend, TensorData, ops::FloatTensorOps};
+use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
 
@@ -18,6 +18,10 @@ pub type A = Autodiff<Flex>;
 pub type I = Flex;
 /// A float tensor of the backend under test.
 pub type T = FloatTensor<A>;
+/// An op of one tensor, for tables of ops.
+pub type Op1 = fn(T) -> T;
+/// An op of two tensors, for tables of ops.
+pub type Op2 = fn(T, T) -> T;
 
 /// A small deterministic generator (xorshift), so tests need no dependency.
 pub struct Rng(u64);
@@ -51,7 +55,7 @@ pub fn tensor(values: Vec<f64>, shape: &[usize]) -> T {
 /// The values of an inner tensor as f64.
 pub fn values(t: FloatTensor<I>) -> Vec<f64> {
     let data = burn_backend::read_sync(I::float_into_data(t)).unwrap();
-    data.convert::<f64>().to_vec::<f64>().unwrap()
+    data.convert::<f64>().try_into_vec::<f64>().unwrap()
 }
 
 /// One input of a checked program: values and shape.
