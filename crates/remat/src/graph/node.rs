@@ -91,7 +91,11 @@ impl<B: Backend> Input<B> {
 
 /// A value kept for backward; it is counted in [`stats`] (and listed by
 /// [`saved_values`](crate::stats::saved_values)) while it lives.
-pub(crate) struct Kept<B: Backend> {
+///
+/// Boxed: most nodes and edges keep nothing, and an empty `Option<Kept>` is one word.
+pub(crate) struct Kept<B: Backend>(Box<KeptValue<B>>);
+
+struct KeptValue<B: Backend> {
     value: Option<FloatTensor<B>>,
     _ticket: stats::Ticket,
 }
@@ -101,20 +105,22 @@ impl<B: Backend> Kept<B> {
     /// consumer that holds it on an edge).
     pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
         let ticket = stats::Ticket::keep::<B>(&value, reason, op);
-        Self {
+        Self(Box::new(KeptValue {
             value: Some(value),
             _ticket: ticket,
-        }
+        }))
     }
 
     pub(crate) fn get(&self) -> &FloatTensor<B> {
-        self.value
+        self.0
+            .value
             .as_ref()
             .expect("remat internal error: a kept value is present until it is dropped")
     }
 
     pub(crate) fn into_value(mut self) -> FloatTensor<B> {
-        self.value
+        self.0
+            .value
             .take()
             .expect("remat internal error: a kept value is present until it is dropped")
     }
@@ -396,5 +402,20 @@ impl<B: Backend> GraphNode for Node<B> {
             NodeKind::Leaf => format!("leaf {}", self.id),
             NodeKind::Op => format!("node {} (op `{}`)", self.id, self.info.name),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Per-op bookkeeping stays small: a node plus its boxed rule.
+    #[test]
+    fn a_node_is_small() {
+        type F = burn_flex::Flex;
+        let node = core::mem::size_of::<Node<F>>();
+        let input = core::mem::size_of::<Input<F>>();
+        assert!(input <= 16, "Input is {input} bytes");
+        assert!(node <= 224, "Node is {node} bytes");
     }
 }
