@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use burn_backend::{Backend, tensor::FloatTensor};
 
-use crate::graph::{Input, Kept, Node, NodeId, Slot};
+use crate::graph::{IdBuildHasher, Input, Kept, Node, NodeId, Slot};
 use crate::ops::rule::Values;
 use crate::stats::{self, KeepReason};
 
@@ -85,7 +85,7 @@ pub(crate) fn rebuild<B: Backend>(node: &Node<B>) {
     let _span =
         tracing::debug_span!("remat: rebuild", node = %node.id, op = node.info.name).entered();
     let mut order: Vec<Arc<Node<B>>> = Vec::new();
-    let mut visited: HashSet<NodeId> = HashSet::new();
+    let mut visited: HashSet<NodeId, IdBuildHasher> = HashSet::default();
     let mut stack: Vec<(Arc<Node<B>>, bool)> = Vec::new();
     push_evicted_producers(node, &mut stack);
     while let Some((next, expanded)) = stack.pop() {

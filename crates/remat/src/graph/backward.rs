@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use burn_backend::{Backend, TensorMetadata};
 
-use super::{GraphNode, NodeId};
+use super::{GraphNode, IdBuildHasher, NodeId};
 use crate::grads::Gradients;
 use crate::tensor::AutodiffTensor;
 
@@ -60,50 +60,48 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
 
 /// Every node reachable from `root`, each after all of its consumers (Kahn's algorithm).
 fn topological_order(root: Arc<dyn GraphNode>) -> Vec<Arc<dyn GraphNode>> {
-    let mut index: HashMap<NodeId, usize> = HashMap::new();
+    let mut index: HashMap<NodeId, usize, IdBuildHasher> = HashMap::default();
     let mut nodes: Vec<Arc<dyn GraphNode>> = Vec::new();
-    let mut parents: Vec<Vec<usize>> = Vec::new();
+    // Parents of node i are `edges[starts[i]..starts[i + 1]]` (nodes are expanded in index
+    // order, so each node's parents are contiguous).
+    let mut edges: Vec<usize> = Vec::new();
+    let mut starts: Vec<usize> = Vec::new();
     let mut consumers: Vec<usize> = Vec::new();
 
     index.insert(root.id(), 0);
     nodes.push(root);
-    parents.push(Vec::new());
     consumers.push(0);
 
     let mut scratch: Vec<Arc<dyn GraphNode>> = Vec::new();
     let mut next = 0;
     while next < nodes.len() {
-        scratch.clear();
+        starts.push(edges.len());
         nodes[next].push_parents(&mut scratch);
         for parent in scratch.drain(..) {
             let i = *index.entry(parent.id()).or_insert_with(|| {
                 nodes.push(parent);
-                parents.push(Vec::new());
                 consumers.push(0);
                 nodes.len() - 1
             });
             consumers[i] += 1;
-            parents[next].push(i);
+            edges.push(i);
         }
         next += 1;
     }
+    starts.push(edges.len());
 
     let mut order = Vec::with_capacity(nodes.len());
     let mut ready = vec![0usize];
     while let Some(i) = ready.pop() {
         order.push(i);
-        for &p in &parents[i] {
+        for &p in &edges[starts[i]..starts[i + 1]] {
             consumers[p] -= 1;
             if consumers[p] == 0 {
                 ready.push(p);
             }
         }
     }
-    debug_assert_eq!(
-        order.len(),
-        nodes.len(),
-        "remat internal error: cycle in graph"
-    );
+    debug_assert_eq!(order.len(), nodes.len(), "remat internal error: cycle in graph");
     let mut slots: Vec<Option<Arc<dyn GraphNode>>> = nodes.into_iter().map(Some).collect();
     order
         .into_iter()

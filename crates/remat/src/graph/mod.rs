@@ -44,3 +44,27 @@ impl core::fmt::Display for NodeId {
         write!(f, "#{}", self.0)
     }
 }
+
+/// A fast hasher for maps and sets keyed by [`NodeId`] (ids are sequential integers: one
+/// multiply spreads them well; no need for SipHash's DoS resistance on our own ids).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl core::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// `BuildHasher` for [`IdHasher`].
+pub(crate) type IdBuildHasher = core::hash::BuildHasherDefault<IdHasher>;
