@@ -1,0 +1,104 @@
+//! A counting global allocator: live bytes, a resettable peak, allocation counts.
+//!
+//! Every thread's allocations count (the inner backends may use worker threads).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Wraps the system allocator and counts.
+pub struct Counting;
+
+static LIVE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+
+fn grow(bytes: usize, new_allocation: bool) {
+    if new_allocation {
+        ALLOCS.fetch_add(1, Relaxed);
+    }
+    ALLOCATED.fetch_add(bytes as u64, Relaxed);
+    let live = LIVE.fetch_add(bytes as u64, Relaxed) + bytes as u64;
+    PEAK.fetch_max(live, Relaxed);
+}
+
+fn shrink(bytes: usize) {
+    LIVE.fetch_sub(bytes as u64, Relaxed);
+}
+
+// SAFETY: every call forwards to `System` with the caller's arguments unchanged; the counters
+// are plain atomics and never allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            grow(layout.size(), true);
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            grow(layout.size(), true);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) };
+        shrink(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as ours.
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            ALLOCS.fetch_add(1, Relaxed);
+            if new_size >= layout.size() {
+                grow(new_size - layout.size(), false);
+            } else {
+                shrink(layout.size() - new_size);
+            }
+        }
+        new
+    }
+}
+
+/// Bytes allocated and not yet freed.
+pub fn live() -> u64 {
+    LIVE.load(Relaxed)
+}
+
+/// Highest `live()` since the last [`reset_peak`].
+pub fn peak() -> u64 {
+    PEAK.load(Relaxed)
+}
+
+/// Sets the peak to the current live bytes.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Relaxed), Relaxed);
+}
+
+/// Counters at one instant.
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot {
+    /// Live bytes.
+    pub live: u64,
+    /// Allocations (and reallocations) so far.
+    pub allocs: u64,
+    /// Bytes ever allocated so far.
+    pub allocated: u64,
+}
+
+/// Reads every counter.
+pub fn snapshot() -> Snapshot {
+    Snapshot {
+        live: LIVE.load(Relaxed),
+        allocs: ALLOCS.load(Relaxed),
+        allocated: ALLOCATED.load(Relaxed),
+    }
+}

@@ -1,0 +1,805 @@
+//! Results (JSON), checks, ratios, the stdout table, `RESULTS.md` and the SVG figures.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Fingerprint, Micro, Trace};
+use crate::models::Config;
+
+/// Everything one run measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    /// Machine, date, command.
+    pub meta: Meta,
+    /// One entry per (model, backend).
+    pub runs: Vec<ModelRun>,
+    /// The per-op micro-benchmark.
+    pub micro: Vec<MicroRun>,
+    /// Ratios vs Burn (recomputed from the rest when the report is regenerated).
+    pub ratios: Vec<Ratio>,
+}
+
+/// Where and how the figures were measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    /// CPU model.
+    pub machine: String,
+    /// Logical CPUs available to the process.
+    pub cpus: usize,
+    /// Total memory.
+    pub memory: String,
+    /// UTC date and time.
+    pub date: String,
+    /// Git commit of the repository.
+    pub commit: String,
+    /// The command line.
+    pub command: String,
+    /// Timed steps per engine.
+    pub steps: usize,
+    /// Warm-up steps per engine.
+    pub warmup: usize,
+    /// Ops in the micro-benchmark.
+    pub micro_ops: usize,
+}
+
+impl Meta {
+    /// Reads the machine, the date and the command line.
+    pub fn collect(steps: usize, warmup: usize, micro_ops: usize) -> Meta {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let machine = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory = meminfo
+            .lines()
+            .find(|l| l.starts_with("MemTotal"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map(|kb| format!("{:.1} GiB", kb / (1024.0 * 1024.0)))
+            .unwrap_or_else(|| "unknown".into());
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        Meta {
+            machine,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory,
+            date: utc_now(),
+            commit,
+            command: format!(
+                "cargo run --release --manifest-path bench/Cargo.toml -- {}",
+                args.join(" ")
+            )
+            .trim_end()
+            .to_string(),
+            steps,
+            warmup,
+            micro_ops,
+        }
+    }
+}
+
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+/// One model on one backend, every engine.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelRun {
+    /// Model name.
+    pub model: String,
+    /// `flex` or `ndarray`.
+    pub backend: String,
+    /// Sizes in words.
+    pub description: String,
+    /// Sizes.
+    pub config: Config,
+    /// Bytes of the weights and the input (not counted as kept).
+    pub weights_and_input_bytes: u64,
+    /// One entry per engine/policy.
+    pub engines: Vec<EngineRun>,
+    /// Every engine's gradients agree with Burn NoCheckpointing within 1e-4 relative.
+    pub agree: bool,
+    /// remat's policies give bit-identical gradients.
+    pub remat_bit_identical: bool,
+    /// What failed, if anything.
+    pub problems: Vec<String>,
+}
+
+/// One engine/policy on one model and backend.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EngineRun {
+    /// `engine/policy`.
+    pub label: String,
+    /// `burn` or `remat`.
+    pub engine: String,
+    /// Policy name.
+    pub policy: String,
+    /// Step times (forward + loss + backward), ms, one per round.
+    pub times_ms: Vec<f64>,
+    /// Forward + loss times, ms, one per round.
+    pub forward_ms: Vec<f64>,
+    /// Median step time.
+    pub median_ms: f64,
+    /// Fastest step.
+    pub min_ms: f64,
+    /// Slowest step.
+    pub max_ms: f64,
+    /// Peak live bytes during the step above the pre-step level (median over steps).
+    pub peak_bytes: u64,
+    /// Live bytes after forward + loss above the pre-step level (median over steps).
+    pub kept_bytes: i64,
+    /// remat's own count of bytes kept for backward after forward.
+    pub remat_kept_bytes: Option<u64>,
+    /// remat replays in one step.
+    pub replays: Option<u64>,
+    /// Of the weight gradients (last step).
+    pub fingerprint: Fingerprint,
+    /// Every step gave the same gradient bits.
+    pub deterministic: bool,
+    /// Live bytes over one extra (untimed) step.
+    pub trace: Option<Trace>,
+}
+
+/// The micro-benchmark on one engine.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MicroRun {
+    /// Backend.
+    pub backend: String,
+    /// `engine/policy`.
+    pub label: String,
+    /// `burn` or `remat`.
+    pub engine: String,
+    /// Policy.
+    pub policy: String,
+    /// Ops per run.
+    pub ops: usize,
+    /// Every repetition.
+    pub reps: Vec<Micro>,
+    /// Medians over repetitions.
+    pub median: Micro,
+}
+
+/// A ratio vs Burn, with the issue's target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ratio {
+    /// What is compared.
+    pub what: String,
+    /// Model (or `per-op`).
+    pub model: String,
+    /// Backend.
+    pub backend: String,
+    /// The ratio.
+    pub value: f64,
+    /// Target: the ratio must be at most this.
+    pub target: Option<f64>,
+}
+
+impl Ratio {
+    fn verdict(&self) -> &'static str {
+        match self.target {
+            Some(t) if self.value <= t => "yes",
+            Some(_) => "NO",
+            None => "-",
+        }
+    }
+}
+
+/// Checks gradient agreement: all engines vs Burn NoCheckpointing within 1e-4 relative,
+/// remat policies bit for bit.
+pub fn check(run: &mut ModelRun) {
+    let Some(reference) = run.engines.first().map(|e| e.fingerprint.clone()) else {
+        return;
+    };
+    let tag = format!("{} on {}", run.model, run.backend);
+    let mut problems = Vec::new();
+    for e in &run.engines {
+        let fp = &e.fingerprint;
+        if fp.missing != 0 {
+            problems.push(format!(
+                "{tag}: {}: {} weights without a gradient",
+                e.label, fp.missing
+            ));
+        }
+        let sum_tol = 1e-4 * reference.sum_abs.max(f64::MIN_POSITIVE);
+        let sq_tol = 1e-4 * reference.sum_sq.max(f64::MIN_POSITIVE);
+        if (fp.sum - reference.sum).abs() > sum_tol || (fp.sum_sq - reference.sum_sq).abs() > sq_tol
+        {
+            run.agree = false;
+            problems.push(format!(
+                "{tag}: {} gradients differ from burn/NoCheckpointing: sum {} vs {}, sum of squares {} vs {}",
+                e.label, fp.sum, reference.sum, fp.sum_sq, reference.sum_sq
+            ));
+        }
+    }
+    let remat: Vec<&EngineRun> = run.engines.iter().filter(|e| e.engine == "remat").collect();
+    if let Some(first) = remat.first() {
+        for e in &remat[1..] {
+            if e.fingerprint.hash != first.fingerprint.hash {
+                run.remat_bit_identical = false;
+                problems.push(format!(
+                    "{tag}: {} gradients are not bit-identical to {} (hash {} vs {}, sum {} vs {})",
+                    e.label,
+                    first.label,
+                    e.fingerprint.hash,
+                    first.fingerprint.hash,
+                    e.fingerprint.sum,
+                    first.fingerprint.sum
+                ));
+            }
+        }
+    }
+    run.problems = problems;
+}
+
+fn find<'a>(run: &'a ModelRun, engine: &str, policy: &str) -> Option<&'a EngineRun> {
+    run.engines
+        .iter()
+        .find(|e| e.engine == engine && e.policy == policy)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Median of per-round ratios of step times.
+fn time_ratio(a: &EngineRun, b: &EngineRun) -> f64 {
+    median(
+        a.times_ms
+            .iter()
+            .zip(&b.times_ms)
+            .map(|(x, y)| x / y)
+            .collect(),
+    )
+}
+
+/// Every ratio the issue asks for.
+pub fn ratios(results: &Results) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for run in &results.runs {
+        let mut push = |what: &str, value: f64, target: Option<f64>| {
+            out.push(Ratio {
+                what: what.into(),
+                model: run.model.clone(),
+                backend: run.backend.clone(),
+                value,
+                target,
+            })
+        };
+        let burn_none = find(run, "burn", "NoCheckpointing");
+        let burn_bal = find(run, "burn", "BalancedCheckpointing");
+        let save_all = find(run, "remat", "SaveAll");
+        let balanced = find(run, "remat", "Balanced");
+        let regions = find(run, "remat", "per-layer checkpoint");
+        if let (Some(ours), Some(burn)) = (save_all, burn_none) {
+            push(
+                "step time: remat SaveAll / Burn NoCheckpointing",
+                time_ratio(ours, burn),
+                Some(0.95),
+            );
+            push(
+                "peak bytes: remat SaveAll / Burn NoCheckpointing",
+                ours.peak_bytes as f64 / burn.peak_bytes as f64,
+                Some(1.0),
+            );
+        }
+        if let (Some(ours), Some(burn)) = (balanced, burn_bal) {
+            push(
+                "step time: remat Balanced / Burn Balanced",
+                time_ratio(ours, burn),
+                Some(1.0),
+            );
+            push(
+                "peak bytes: remat Balanced / Burn Balanced",
+                ours.peak_bytes as f64 / burn.peak_bytes as f64,
+                Some(1.0),
+            );
+        }
+        if let (Some(reg), Some(all)) = (regions, save_all) {
+            let target = match run.model.as_str() {
+                "mlp" => Some(0.55),
+                "transformer" => Some(0.05),
+                _ => None,
+            };
+            push(
+                "kept bytes: per-layer checkpoint / remat SaveAll",
+                reg.kept_bytes as f64 / all.kept_bytes as f64,
+                target,
+            );
+            push(
+                "step time: per-layer checkpoint / remat SaveAll",
+                time_ratio(reg, all),
+                Some(1.30),
+            );
+        }
+    }
+    let backends: Vec<String> = {
+        let mut b: Vec<String> = results.micro.iter().map(|m| m.backend.clone()).collect();
+        b.dedup();
+        b
+    };
+    for backend in backends {
+        let get = |engine: &str, policy: &str| {
+            results
+                .micro
+                .iter()
+                .find(|m| m.backend == backend && m.engine == engine && m.policy == policy)
+        };
+        for (burn, ours) in [
+            (get("burn", "NoCheckpointing"), get("remat", "SaveAll")),
+            (
+                get("burn", "BalancedCheckpointing"),
+                get("remat", "Balanced"),
+            ),
+        ] {
+            let (Some(burn), Some(ours)) = (burn, ours) else {
+                continue;
+            };
+            let pair = format!("remat {} / Burn {}", ours.policy, burn.policy);
+            let (b, o) = (&burn.median, &ours.median);
+            let rows = [
+                (
+                    "fwd+bwd ns/op",
+                    (o.forward_ns + o.backward_ns) / (b.forward_ns + b.backward_ns),
+                    Some(0.5),
+                ),
+                ("forward ns/op", o.forward_ns / b.forward_ns, None),
+                ("backward ns/op", o.backward_ns / b.backward_ns, None),
+                ("kept bytes/op", o.kept_bytes / b.kept_bytes, Some(0.5)),
+                ("allocated bytes/op", o.alloc_bytes / b.alloc_bytes, None),
+                ("allocations/op", o.allocs / b.allocs, None),
+            ];
+            for (what, value, target) in rows {
+                out.push(Ratio {
+                    what: format!("{what}: {pair}"),
+                    model: "per-op".into(),
+                    backend: backend.clone(),
+                    value,
+                    target,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn mb(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+/// The stdout table.
+pub fn table(results: &Results, ratios: &[Ratio]) -> String {
+    let mut s = String::new();
+    for run in &results.runs {
+        let _ = writeln!(s, "\n{} on {}: {}", run.model, run.backend, run.description);
+        let _ = writeln!(
+            s,
+            "  {:<34} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}  grad sum / sum sq",
+            "engine/policy", "median ms", "min ms", "max ms", "peak MiB", "kept MiB", "replays"
+        );
+        for e in &run.engines {
+            let _ = writeln!(
+                s,
+                "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8}  {:.6e} / {:.6e}",
+                e.label,
+                e.median_ms,
+                e.min_ms,
+                e.max_ms,
+                mb(e.peak_bytes as f64),
+                mb(e.kept_bytes as f64),
+                opt(e.replays),
+                e.fingerprint.sum,
+                e.fingerprint.sum_sq
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  gradients agree: {}; remat policies bit-identical: {}",
+            run.agree, run.remat_bit_identical
+        );
+    }
+    if !results.micro.is_empty() {
+        let _ = writeln!(s, "\nper-op bookkeeping ({} ops):", results.meta.micro_ops);
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "backend",
+            "engine/policy",
+            "fwd ns",
+            "bwd ns",
+            "kept B",
+            "alloc B",
+            "allocs",
+            "bwd allocs"
+        );
+        for m in &results.micro {
+            let x = &m.median;
+            let _ = writeln!(
+                s,
+                "  {:<8} {:<34} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.1} {:>9.1}",
+                m.backend,
+                m.label,
+                x.forward_ns,
+                x.backward_ns,
+                x.kept_bytes,
+                x.alloc_bytes,
+                x.allocs,
+                x.backward_allocs
+            );
+        }
+    }
+    let _ = writeln!(s, "\nratios (median of per-round ratios for times):");
+    for r in ratios {
+        let _ = writeln!(
+            s,
+            "  {:<12} {:<8} {:<58} {:>8.3}  target {:>6}  met {}",
+            r.model,
+            r.backend,
+            r.what,
+            r.value,
+            r.target.map_or("-".into(), |t| format!("<={t}")),
+            r.verdict()
+        );
+    }
+    s
+}
+
+/// Writes `RESULTS.md`.
+pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Result<(), String> {
+    let m = &results.meta;
+    let mut s = String::new();
+    let _ = writeln!(s, "# remat vs Burn's autodiff: benchmark results\n");
+    let _ = writeln!(
+        s,
+        "Generated by `bench` from `results.json` (regenerate with `--report-only`); do not edit by hand.\n"
+    );
+    let _ = writeln!(
+        s,
+        "- Machine: {} ({} CPUs available, {} memory), shared with other jobs",
+        m.machine, m.cpus, m.memory
+    );
+    let _ = writeln!(s, "- Date: {}; commit `{}`", m.date, m.commit);
+    let _ = writeln!(s, "- Command: `{}`", m.command);
+    let _ = writeln!(
+        s,
+        "- {} timed steps per engine after {} warm-up step(s), run in rounds (every engine once per round, rotating order); times are forward + loss + backward.",
+        m.steps, m.warmup
+    );
+    let _ = writeln!(
+        s,
+        "- Peak: the counting global allocator's peak during the step minus live bytes before it (includes the gradients). Kept: live bytes after forward + loss minus live bytes before the step (weights and input exist before and are excluded). Both medians over steps.\n"
+    );
+    let _ = writeln!(s, "## Ratios vs Burn\n");
+    let _ = writeln!(s, "Time ratios are medians of per-round ratios.\n");
+    let _ = writeln!(s, "| model | backend | ratio | value | target | met |");
+    let _ = writeln!(s, "|---|---|---|---:|---:|---|");
+    for r in ratios {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.3} | {} | {} |",
+            r.model,
+            r.backend,
+            r.what,
+            r.value,
+            r.target.map_or("-".into(), |t| format!("<= {t}")),
+            r.verdict()
+        );
+    }
+    for run in &results.runs {
+        let _ = writeln!(s, "\n## {} on {}\n", run.model, run.backend);
+        let _ = writeln!(
+            s,
+            "{}; weights + input {:.1} MiB.\n",
+            run.description,
+            mb(run.weights_and_input_bytes as f64)
+        );
+        let _ = writeln!(
+            s,
+            "| engine/policy | median ms | min ms | max ms | peak MiB | kept MiB | remat-counted kept MiB | replays | grad sum | grad sum sq |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for e in &run.engines {
+            let _ = writeln!(
+                s,
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.6e} | {:.6e} |",
+                e.label,
+                e.median_ms,
+                e.min_ms,
+                e.max_ms,
+                mb(e.peak_bytes as f64),
+                mb(e.kept_bytes as f64),
+                e.remat_kept_bytes
+                    .map_or("-".into(), |b| format!("{:.1}", mb(b as f64))),
+                opt(e.replays),
+                e.fingerprint.sum,
+                e.fingerprint.sum_sq
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nGradients agree with Burn NoCheckpointing (1e-4 relative): **{}**; remat policies bit-identical: **{}**.",
+            run.agree, run.remat_bit_identical
+        );
+        for p in &run.problems {
+            let _ = writeln!(s, "- problem: {p}");
+        }
+    }
+    if !results.micro.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Per-op bookkeeping\n\n{} alternating `float_mul_scalar` / `float_add_scalar` on a 16-element tensor that requires grad, then backward; medians over repetitions.\n",
+            m.micro_ops
+        );
+        let _ = writeln!(
+            s,
+            "| backend | engine/policy | forward ns/op | backward ns/op | kept bytes/op | allocated bytes/op | allocations/op (fwd) | allocations/op (bwd) |"
+        );
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+        for r in &results.micro {
+            let x = &r.median;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} |",
+                r.backend,
+                r.label,
+                x.forward_ns,
+                x.backward_ns,
+                x.kept_bytes,
+                x.alloc_bytes,
+                x.allocs,
+                x.backward_allocs
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## Figures\n");
+    let _ = writeln!(
+        s,
+        "Live bytes above the pre-step level through one (extra, untimed) training step, sampled every ~50 us by a background thread; the dots mark layer boundaries in the forward pass and the end of the loss:\n\n![memory over time](memory_over_time.svg)\n"
+    );
+    let _ = writeln!(
+        s,
+        "Peak bytes against median step time, one point per engine/policy:\n\n![memory vs time](memory_vs_time.svg)"
+    );
+    std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(23, 190, 207),
+];
+
+fn color_of(label: &str) -> RGBColor {
+    let order = [
+        "burn/NoCheckpointing",
+        "burn/BalancedCheckpointing",
+        "remat/SaveAll",
+        "remat/Balanced",
+        "remat/RecomputeAll",
+        "remat/per-layer checkpoint",
+    ];
+    COLORS[order.iter().position(|l| *l == label).unwrap_or(5)]
+}
+
+fn grid(n: usize) -> (usize, usize) {
+    let cols = if n > 1 { 2 } else { 1 };
+    (n.div_ceil(cols).max(1), cols)
+}
+
+/// Bins every trace to at most 1500 points (each bin's maximum), to keep the JSON small.
+pub fn compact(results: &mut Results) {
+    for run in &mut results.runs {
+        for e in &mut run.engines {
+            if let Some(t) = &mut e.trace
+                && t.t_ms.len() > 1500
+            {
+                let mut t_ms = Vec::new();
+                let mut bytes = Vec::new();
+                let t_max = t.t_ms[t.t_ms.len() - 1].max(1e-9);
+                let mut last_bin = usize::MAX;
+                for (&ti, &bi) in t.t_ms.iter().zip(&t.bytes) {
+                    let bin = ((ti / t_max) * 1499.0) as usize;
+                    if bin == last_bin {
+                        let last = bytes.len() - 1;
+                        bytes[last] = i64::max(bytes[last], bi);
+                    } else {
+                        t_ms.push((ti * 1000.0).round() / 1000.0);
+                        bytes.push(bi);
+                        last_bin = bin;
+                    }
+                }
+                t.t_ms = t_ms;
+                t.bytes = bytes;
+            }
+        }
+    }
+}
+
+/// Bins a trace to at most `bins` points, keeping each bin's maximum.
+fn downsample(t: &[f64], b: &[i64], bins: usize) -> Vec<(f64, f64)> {
+    if t.is_empty() {
+        return Vec::new();
+    }
+    let t_max = t[t.len() - 1].max(1e-9);
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    let mut current: Option<(usize, f64, f64)> = None;
+    for (&ti, &bi) in t.iter().zip(b) {
+        let bin = ((ti / t_max) * bins as f64) as usize;
+        match current {
+            Some((cb, ct, cv)) if cb == bin => current = Some((cb, ct, cv.max(mb(bi as f64)))),
+            _ => {
+                if let Some((_, ct, cv)) = current {
+                    out.push((ct, cv));
+                }
+                current = Some((bin, ti, mb(bi as f64)));
+            }
+        }
+    }
+    if let Some((_, ct, cv)) = current {
+        out.push((ct, cv));
+    }
+    out
+}
+
+/// (a) live bytes over one training step, one line per engine/policy, a panel per run.
+pub fn trace_svg(results: &Results, path: &Path) -> Result<(), String> {
+    let (rows, cols) = grid(results.runs.len());
+    let root = SVGBackend::new(path, (1400, 420 * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let areas = root.split_evenly((rows, cols));
+    for (run, area) in results.runs.iter().zip(areas.iter()) {
+        let traces: Vec<(&EngineRun, &Trace)> = run
+            .engines
+            .iter()
+            .filter_map(|e| e.trace.as_ref().map(|t| (e, t)))
+            .collect();
+        let x_max = traces
+            .iter()
+            .filter_map(|(_, t)| t.t_ms.last().copied())
+            .fold(1.0, f64::max);
+        let y_max = traces
+            .iter()
+            .flat_map(|(_, t)| t.bytes.iter())
+            .map(|&b| mb(b as f64))
+            .fold(1.0, f64::max)
+            * 1.05;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!(
+                    "{} on {}: live bytes through one step",
+                    run.model, run.backend
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("time in the step (ms)")
+            .y_desc("MiB above pre-step")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (e, t) in traces {
+            let color = color_of(&e.label);
+            chart
+                .draw_series(LineSeries::new(
+                    downsample(&t.t_ms, &t.bytes, 500),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(e.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(
+                    t.layers.iter().map(|&(ms, b)| {
+                        Circle::new((ms, mb(b as f64).max(0.0)), 2, color.filled())
+                    }),
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// (b) peak bytes vs step time, one point per engine/policy, a panel per run.
+pub fn tradeoff_svg(results: &Results, path: &Path) -> Result<(), String> {
+    let (rows, cols) = grid(results.runs.len());
+    let root = SVGBackend::new(path, (1400, 420 * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let areas = root.split_evenly((rows, cols));
+    for (run, area) in results.runs.iter().zip(areas.iter()) {
+        let x_max = run.engines.iter().map(|e| e.median_ms).fold(1.0, f64::max) * 1.15;
+        let y_max = run
+            .engines
+            .iter()
+            .map(|e| mb(e.peak_bytes as f64))
+            .fold(1.0, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!("{} on {}: peak memory vs step time", run.model, run.backend),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("median step time (ms)")
+            .y_desc("peak MiB above pre-step")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, e) in run.engines.iter().enumerate() {
+            let color = color_of(&e.label);
+            let point = (e.median_ms, mb(e.peak_bytes as f64));
+            // Labels alternate above and below so that close points stay readable.
+            let dy = if i % 2 == 0 { -16 } else { 6 };
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at(point)
+                        + Circle::new((0, 0), 5, color.filled())
+                        + Text::new(e.label.clone(), (8, dy), ("sans-serif", 12)),
+                ))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    root.present().map_err(|e| e.to_string())
+}
