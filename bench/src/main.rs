@@ -11,6 +11,10 @@
 //!   --out DIR (default: the bench directory)
 //! ```
 //!
+//! Cargo reads `.cargo/config.toml` from the current directory, not from the manifest's: to
+//! reuse the oracle's compiled Burn (`target-dir = "../oracle/target"`), run from `bench/`
+//! (`cd bench && cargo run --release -- ...`) or set `CARGO_TARGET_DIR=oracle/target`.
+//!
 //! Engines are measured in rounds (every engine once per round, the order rotating), so a
 //! ratio is taken between steps run close in time: the machine is shared.
 
