@@ -64,7 +64,7 @@ impl<B: Backend> AutodiffTensor<B> {
             Some(node) => panic!(
                 "remat: require_grad on the output of op `{}`, which is not a leaf. Call \
                  detach() first to make a new leaf from its value.",
-                node.info.name
+                node.name
             ),
         }
     }

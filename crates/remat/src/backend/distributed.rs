@@ -125,7 +125,7 @@ pub(crate) fn set_params<B: Backend>(
         Some(node) => panic!(
             "remat: set_distributed_params on the output of op `{}`; only parameters (leaf \
              tensors) can be distributed",
-            node.info.name
+            node.name
         ),
     };
     AutodiffTensor {
@@ -136,7 +136,7 @@ pub(crate) fn set_params<B: Backend>(
 
 /// The distributed parameters of a tensor, if it is a distributed parameter.
 pub(crate) fn params<B: Backend>(tensor: &AutodiffTensor<B>) -> Option<DistributedParams> {
-    tensor.node.as_ref()?.distributed.clone()
+    tensor.node.as_ref()?.distributed.as_deref().cloned()
 }
 
 /// Submits the complete gradient of a distributed leaf for synchronisation.

@@ -76,15 +76,15 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
     }
 
     fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self> {
-        unary::apply(C::BALANCED, Unary::Clamp(Some(min), None), tensor)
+        unary::clamp(C::BALANCED, tensor, Some(min), None)
     }
 
     fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self> {
-        unary::apply(C::BALANCED, Unary::Clamp(None, Some(max)), tensor)
+        unary::clamp(C::BALANCED, tensor, None, Some(max))
     }
 
     fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self> {
-        unary::apply(C::BALANCED, Unary::Clamp(Some(min), Some(max)), tensor)
+        unary::clamp(C::BALANCED, tensor, Some(min), Some(max))
     }
 
     fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -28,7 +28,7 @@ use crate::stats::{self, KeepReason};
 /// hand out a clone (a handle clone for Burn's backends).
 pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
     #[cfg(feature = "tracing")]
-    tracing::debug!(node = %node.id, op = node.info.name, "remat: retrieve");
+    tracing::debug!(node = %node.id, op = node.name, "remat: retrieve");
     loop {
         let mut state = node.lock();
         match state.slot {
@@ -82,8 +82,7 @@ pub(crate) fn read_input<B: Backend>(input: &Input<B>) -> FloatTensor<B> {
 /// `node` itself, each exactly once.
 pub(crate) fn rebuild<B: Backend>(node: &Node<B>) {
     #[cfg(feature = "tracing")]
-    let _span =
-        tracing::debug_span!("remat: rebuild", node = %node.id, op = node.info.name).entered();
+    let _span = tracing::debug_span!("remat: rebuild", node = %node.id, op = node.name).entered();
     let mut order: Vec<Arc<Node<B>>> = Vec::new();
     let mut visited: HashSet<NodeId, IdBuildHasher> = HashSet::default();
     let mut stack: Vec<(Arc<Node<B>>, bool)> = Vec::new();
@@ -133,8 +132,8 @@ fn replay<B: Backend>(node: &Node<B>) {
     });
     let values: Values<B> = op.inputs.iter().map(read_input).collect();
     #[cfg(feature = "tracing")]
-    tracing::trace!(node = %node.id, op = node.info.name, "remat: replay");
+    tracing::trace!(node = %node.id, op = node.name, "remat: replay");
     let value = op.rule.forward(values);
-    stats::on_replay(node.info.name);
-    state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.info.name));
+    stats::on_replay(node.name);
+    state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.name));
 }

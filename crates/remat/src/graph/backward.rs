@@ -101,7 +101,11 @@ fn topological_order(root: Arc<dyn GraphNode>) -> Vec<Arc<dyn GraphNode>> {
             }
         }
     }
-    debug_assert_eq!(order.len(), nodes.len(), "remat internal error: cycle in graph");
+    debug_assert_eq!(
+        order.len(),
+        nodes.len(),
+        "remat internal error: cycle in graph"
+    );
     let mut slots: Vec<Option<Arc<dyn GraphNode>>> = nodes.into_iter().map(Some).collect();
     order
         .into_iter()

@@ -46,11 +46,12 @@ pub(crate) enum NodeKind {
 pub(crate) struct Node<B: Backend> {
     pub(crate) id: NodeId,
     pub(crate) kind: NodeKind,
-    pub(crate) info: OpInfo,
+    /// The op's name (`"leaf"` for leaves), for statistics and messages.
+    pub(crate) name: &'static str,
     pub(crate) placement: Placement,
     /// Set on leaves that are parameters of a distributed model: their gradient is
     /// submitted for synchronisation once complete.
-    pub(crate) distributed: Option<DistributedParams>,
+    pub(crate) distributed: Option<Box<DistributedParams>>,
     pub(crate) state: Mutex<State<B>>,
 }
 
@@ -146,12 +147,9 @@ impl<B: Backend> Node<B> {
     pub(crate) fn leaf_with(id: NodeId, distributed: Option<DistributedParams>) -> Arc<Self> {
         Arc::new(Self {
             id,
-            distributed,
+            distributed: distributed.map(Box::new),
             kind: NodeKind::Leaf,
-            info: OpInfo {
-                name: "leaf",
-                cost: crate::checkpoint::policy::Cost::Compute,
-            },
+            name: "leaf",
             placement: Placement {
                 recompute: false,
                 region: 0,
@@ -171,7 +169,7 @@ impl<B: Backend> Node<B> {
             id: NodeId::new(),
             distributed: None,
             kind: NodeKind::Op,
-            info,
+            name: info.name,
             placement,
             state: Mutex::new(State {
                 op: Some(op),
@@ -201,8 +199,7 @@ impl<B: Backend> Node<B> {
             Slot::Evicted if rebuildable => {}
             Slot::Unneeded if rebuildable => state.slot = Slot::Evicted,
             Slot::Evicted | Slot::Unneeded => {
-                state.slot =
-                    Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.info.name));
+                state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.name));
             }
         }
     }
@@ -213,7 +210,7 @@ impl<B: Backend> core::fmt::Debug for Node<B> {
         f.debug_struct("Node")
             .field("id", &self.id)
             .field("kind", &self.kind)
-            .field("op", &self.info.name)
+            .field("op", &self.name)
             .finish()
     }
 }
@@ -394,13 +391,13 @@ impl<B: Backend> GraphNode for Node<B> {
     }
 
     fn distributed(&self) -> Option<DistributedParams> {
-        self.distributed.clone()
+        self.distributed.as_deref().cloned()
     }
 
     fn describe(&self) -> String {
         match self.kind {
             NodeKind::Leaf => format!("leaf {}", self.id),
-            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.info.name),
+            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.name),
         }
     }
 }
@@ -416,6 +413,8 @@ mod tests {
         let node = core::mem::size_of::<Node<F>>();
         let input = core::mem::size_of::<Input<F>>();
         assert!(input <= 16, "Input is {input} bytes");
-        assert!(node <= 224, "Node is {node} bytes");
+        assert!(node <= 160, "Node is {node} bytes");
+        let rule = core::mem::size_of::<crate::ops::unary::Unary>();
+        assert!(rule <= 24, "Unary is {rule} bytes");
     }
 }

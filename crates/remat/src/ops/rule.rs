@@ -142,7 +142,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
         debug_assert!(
             self.reads.has_input(i) && !self.done.has_input(i),
             "remat internal error: op `{}` reads input {i} without declaring it (or twice)",
-            self.node.info.name
+            self.node.name
         );
         self.done = self.done.with_input_if(i, true);
         retrieve::read_input(&self.inputs[i])
@@ -153,7 +153,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
         debug_assert!(
             self.reads.output && !self.done.output,
             "remat internal error: op `{}` reads its output without declaring it (or twice)",
-            self.node.info.name
+            self.node.name
         );
         self.done.output = true;
         retrieve::read_value(self.node)

@@ -48,8 +48,9 @@ pub(crate) enum Unary {
     MulScalar(Scalar),
     DivScalar(Scalar),
     RemainderScalar(Scalar),
-    /// Clamp to `[min, max]`, either bound optional.
-    Clamp(Option<Scalar>, Option<Scalar>),
+    /// Clamp to `[min, max]`; an infinite bound is no bound (kept as `f64`, not
+    /// `Option<Scalar>`, so that the op stays one word plus a tag).
+    Clamp(f64, f64),
     /// Cast to `to` from `from`.
     Cast {
         to: FloatDType,
@@ -64,6 +65,18 @@ pub(crate) fn apply<B: Backend>(
     tensor: AutodiffTensor<B>,
 ) -> AutodiffTensor<B> {
     record(op, smallvec![tensor], balanced)
+}
+
+/// Records a clamp to `[min, max]` (either bound optional).
+pub(crate) fn clamp<B: Backend>(
+    balanced: bool,
+    tensor: AutodiffTensor<B>,
+    min: Option<Scalar>,
+    max: Option<Scalar>,
+) -> AutodiffTensor<B> {
+    let min = min.map_or(f64::NEG_INFINITY, |m| m.elem::<f64>());
+    let max = max.map_or(f64::INFINITY, |m| m.elem::<f64>());
+    apply(balanced, Unary::Clamp(min, max), tensor)
 }
 
 /// Records a cast to `dtype` (its gradient is cast back).
@@ -161,10 +174,12 @@ impl<B: Backend> Rule<B> for Unary {
             Unary::MulScalar(s) => B::float_mul_scalar(x, s),
             Unary::DivScalar(s) => B::float_div_scalar(x, s),
             Unary::RemainderScalar(s) => B::float_remainder_scalar(x, s),
-            Unary::Clamp(Some(min), Some(max)) => B::float_clamp(x, min, max),
-            Unary::Clamp(Some(min), None) => B::float_clamp_min(x, min),
-            Unary::Clamp(None, Some(max)) => B::float_clamp_max(x, max),
-            Unary::Clamp(None, None) => x,
+            Unary::Clamp(min, max) => match (min > f64::NEG_INFINITY, max < f64::INFINITY) {
+                (true, true) => B::float_clamp(x, scalar(min), scalar(max)),
+                (true, false) => B::float_clamp_min(x, scalar(min)),
+                (false, true) => B::float_clamp_max(x, scalar(max)),
+                (false, false) => x,
+            },
             Unary::Cast { to, .. } => B::float_cast(x, to),
         }
     }
@@ -291,12 +306,12 @@ impl<B: Backend> Rule<B> for Unary {
                 let x = cx.input(0);
                 let dtype = bool_dtype::<B>(&x);
                 let mut g = g;
-                if let Some(min) = min {
-                    let below = B::float_lower_elem(x.clone(), min, dtype);
+                if min > f64::NEG_INFINITY {
+                    let below = B::float_lower_elem(x.clone(), scalar(min), dtype);
                     g = B::float_mask_fill(g, below, scalar(0.0));
                 }
-                if let Some(max) = max {
-                    let above = B::float_greater_elem(x, max, dtype);
+                if max < f64::INFINITY {
+                    let above = B::float_greater_elem(x, scalar(max), dtype);
                     g = B::float_mask_fill(g, above, scalar(0.0));
                 }
                 g
