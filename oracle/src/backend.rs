@@ -6,15 +6,18 @@
 //! [`assert_close`] compares two such results.
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{AutodiffBackend, Backend, TensorData, ops::FloatTensorOps};
+use burn_backend::{AutodiffBackend, Backend, TensorData, TensorMetadata};
 
 /// Burn's engine over Flex.
 pub type BurnFlex = burn_autodiff::Autodiff<burn_flex::Flex>;
 /// remat over Flex.
 pub type RematFlex = remat::Autodiff<burn_flex::Flex>;
-/// Burn's engine over NdArray.
+/// Burn's engine over NdArray (deprecated in Burn 0.22 but still the reference backend of
+/// many Burn tests).
+#[allow(deprecated)]
 pub type BurnNdArray = burn_autodiff::Autodiff<burn_ndarray::NdArray>;
 /// remat over NdArray.
+#[allow(deprecated)]
 pub type RematNdArray = remat::Autodiff<burn_ndarray::NdArray>;
 
 /// One leaf of a program: values and shape.
@@ -57,7 +60,9 @@ pub struct Outcome {
 
 fn values<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
     let data = burn_backend::read_sync(B::float_into_data(tensor)).expect("tensor data");
-    data.convert::<f32>().to_vec::<f32>().expect("f32 values")
+    data.convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 values")
 }
 
 /// Runs `program` on `B` with tracked leaves; backward starts from the output multiplied by
@@ -76,7 +81,7 @@ pub fn run<B: AutodiffBackend>(program: &impl Program, leaves: &[Leaf]) -> Outco
     let shape = output.shape();
     let out_values = values::<B::InnerBackend>(B::inner(output.clone()));
     let weights = crate::programs::synthetic(out_values.len(), 99);
-    let weights = B::float_from_data(TensorData::new(weights, shape.dims.to_vec()), &device);
+    let weights = B::float_from_data(TensorData::new(weights, shape), &device);
     let loss = B::float_mul(output, weights);
     let grads = B::backward(loss);
     Outcome {

@@ -2,8 +2,8 @@
 //! must agree on outputs and gradients. To compare another op, add a program struct and a
 //! `#[test]` calling [`compare`].
 
+use burn_backend::AutodiffBackend;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{AutodiffBackend, ops::FloatTensorOps};
 use remat_oracle::backend::{
     BurnFlex, BurnNdArray, Leaf, Program, RematFlex, RematNdArray, assert_close, run,
 };

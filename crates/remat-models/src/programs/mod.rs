@@ -130,7 +130,7 @@ impl ModuleVisitor for Collect<'_> {
         let values = tensor
             .into_data()
             .convert::<f32>()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .expect("float parameter data");
         self.out.push(Named { name, values });
     }
@@ -163,7 +163,7 @@ pub fn scalar(loss: &Tensor<1>) -> f32 {
     loss.clone()
         .into_data()
         .convert::<f32>()
-        .to_vec::<f32>()
+        .try_to_vec::<f32>()
         .expect("scalar loss")[0]
 }
 
