@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
+use burn_backend::{BackendTypes, TensorMetadata, tensor::FloatTensor};
 use burn_std::DType;
 
 /// Why a value is kept for backward.
@@ -98,7 +98,7 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     /// Counts `value` as kept for `reason` by op `op`.
-    pub(crate) fn keep<B: Backend>(
+    pub(crate) fn keep<B: BackendTypes>(
         value: &FloatTensor<B>,
         reason: KeepReason,
         op: &'static str,

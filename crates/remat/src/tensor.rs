@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 use burn_std::{DType, Shape};
 
 use crate::grads::Gradients;
@@ -18,7 +18,7 @@ use crate::graph::{Node, NodeId, NodeKind, backward};
 
 /// A float tensor of [`Autodiff`](crate::Autodiff) over inner backend `B`.
 #[derive(Debug, Clone)]
-pub struct AutodiffTensor<B: Backend> {
+pub struct AutodiffTensor<B: BackendTypes> {
     /// The inner backend's tensor.
     pub primitive: FloatTensor<B>,
     pub(crate) node: Option<Arc<Node<B>>>,
@@ -107,7 +107,7 @@ impl<B: Backend> AutodiffTensor<B> {
     }
 }
 
-impl<B: Backend> TensorMetadata for AutodiffTensor<B> {
+impl<B: BackendTypes> TensorMetadata for AutodiffTensor<B> {
     type Device = B::Device;
 
     fn dtype(&self) -> DType {

@@ -38,8 +38,11 @@ impl Cnn {
     /// A freshly initialised model (draws from the device's RNG).
     pub fn new(device: &Device) -> Self {
         Self {
+            // No bias before BatchNorm: its gradient is analytically zero there, so Adam would
+            // amplify rounding noise into real steps and compare noise between engines.
             conv: Conv2dConfig::new([CHANNELS, FILTERS], [3, 3])
                 .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .with_bias(false)
                 .init(device),
             norm: BatchNormConfig::new(FILTERS).init(device),
             pool: MaxPool2dConfig::new([2, 2]).init(),

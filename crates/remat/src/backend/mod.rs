@@ -40,10 +40,7 @@ pub struct Autodiff<B, C = NoCheckpointing> {
     _strategy: PhantomData<C>,
 }
 
-impl<B: BackendTypes, C: CheckpointStrategy> BackendTypes for Autodiff<B, C>
-where
-    B: Backend,
-{
+impl<B: BackendTypes, C: CheckpointStrategy> BackendTypes for Autodiff<B, C> {
     type Device = B::Device;
     type FloatTensorPrimitive = AutodiffTensor<B>;
     type IntTensorPrimitive = B::IntTensorPrimitive;

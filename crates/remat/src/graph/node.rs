@@ -23,7 +23,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_backend::distributed::DistributedParams;
-use burn_backend::{Backend, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use super::NodeId;
@@ -43,7 +43,7 @@ pub(crate) enum NodeKind {
 }
 
 /// One tracked tensor of the graph.
-pub(crate) struct Node<B: Backend> {
+pub(crate) struct Node<B: BackendTypes> {
     pub(crate) id: NodeId,
     pub(crate) kind: NodeKind,
     /// The op's name (`"leaf"` for leaves), for statistics and messages.
@@ -56,7 +56,7 @@ pub(crate) struct Node<B: Backend> {
 }
 
 /// The mutable part of a node.
-pub(crate) struct State<B: Backend> {
+pub(crate) struct State<B: BackendTypes> {
     /// The recorded op; `None` for leaves and once the node's step has run.
     pub(crate) op: Option<OpState<B>>,
     /// True once the node's backward step has run (NOTE [no-retain-graph]).
@@ -67,7 +67,7 @@ pub(crate) struct State<B: Backend> {
 }
 
 /// What a recorded op keeps until its backward step runs.
-pub(crate) struct OpState<B: Backend> {
+pub(crate) struct OpState<B: BackendTypes> {
     pub(crate) rule: Box<dyn Rule<B>>,
     pub(crate) inputs: SmallVec<[Input<B>; 2]>,
     /// What the backward step reads, decided when the op was recorded.
@@ -75,7 +75,7 @@ pub(crate) struct OpState<B: Backend> {
 }
 
 /// One float input of a recorded op.
-pub(crate) struct Input<B: Backend> {
+pub(crate) struct Input<B: BackendTypes> {
     /// The input's node when it is tracked.
     pub(crate) node: Option<Arc<Node<B>>>,
     /// The input's value, held on the edge when it is a leaf or untracked and a backward step
@@ -83,7 +83,7 @@ pub(crate) struct Input<B: Backend> {
     pub(crate) held: Option<Kept<B>>,
 }
 
-impl<B: Backend> Input<B> {
+impl<B: BackendTypes> Input<B> {
     /// The tracked non-leaf producer whose slot holds this input's value, if any.
     pub(crate) fn producer(&self) -> Option<&Arc<Node<B>>> {
         self.node.as_ref().filter(|n| n.kind == NodeKind::Op)
@@ -94,14 +94,14 @@ impl<B: Backend> Input<B> {
 /// [`saved_values`](crate::stats::saved_values)) while it lives.
 ///
 /// Boxed: most nodes and edges keep nothing, and an empty `Option<Kept>` is one word.
-pub(crate) struct Kept<B: Backend>(Box<KeptValue<B>>);
+pub(crate) struct Kept<B: BackendTypes>(Box<KeptValue<B>>);
 
-struct KeptValue<B: Backend> {
+struct KeptValue<B: BackendTypes> {
     value: Option<FloatTensor<B>>,
     _ticket: stats::Ticket,
 }
 
-impl<B: Backend> Kept<B> {
+impl<B: BackendTypes> Kept<B> {
     /// Keeps `value` for `reason`; `op` names the op it belongs to (its producer, or the
     /// consumer that holds it on an edge).
     pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
@@ -128,7 +128,7 @@ impl<B: Backend> Kept<B> {
 }
 
 /// Where a node's output stands for backward (NOTE [what-is-kept]).
-pub(crate) enum Slot<B: Backend> {
+pub(crate) enum Slot<B: BackendTypes> {
     /// No backward step reads it (or the last read has happened).
     Unneeded,
     /// Kept: from the forward pass, or rebuilt during backward.
@@ -205,7 +205,7 @@ impl<B: Backend> Node<B> {
     }
 }
 
-impl<B: Backend> core::fmt::Debug for Node<B> {
+impl<B: BackendTypes> core::fmt::Debug for Node<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Node")
             .field("id", &self.id)
@@ -215,7 +215,7 @@ impl<B: Backend> core::fmt::Debug for Node<B> {
     }
 }
 
-impl<B: Backend> Drop for Node<B> {
+impl<B: BackendTypes> Drop for Node<B> {
     /// Unlinks the inputs iteratively (NOTE [graph-lifetime]).
     fn drop(&mut self) {
         let state = self
@@ -242,7 +242,7 @@ impl<B: Backend> Drop for Node<B> {
     }
 }
 
-fn push_input_nodes<B: Backend>(op: OpState<B>, stack: &mut Vec<Arc<Node<B>>>) {
+fn push_input_nodes<B: BackendTypes>(op: OpState<B>, stack: &mut Vec<Arc<Node<B>>>) {
     let OpState { rule, inputs, .. } = op;
     drop(rule);
     stack.extend(inputs.into_iter().filter_map(|input| input.node));

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use burn_backend::{Backend, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use crate::checkpoint::policy::{self, OpInfo};
@@ -84,7 +84,7 @@ impl Tracked {
 }
 
 /// An op, described once (NOTE [one-rule]).
-pub(crate) trait Rule<B: Backend>: Send + Sync + 'static {
+pub(crate) trait Rule<B: BackendTypes>: Send + Sync + 'static {
     /// Name and cost class, for policies and statistics.
     fn info(&self) -> OpInfo;
 
@@ -108,7 +108,7 @@ pub(crate) trait Rule<B: Backend>: Send + Sync + 'static {
 }
 
 /// The context of one backward step: reads saved values, sets input gradients.
-pub(crate) struct Vjp<'a, B: Backend> {
+pub(crate) struct Vjp<'a, B: BackendTypes> {
     node: &'a Node<B>,
     inputs: &'a [Input<B>],
     reads: Reads,
