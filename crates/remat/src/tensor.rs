@@ -69,9 +69,21 @@ impl<B: Backend> AutodiffTensor<B> {
         }
     }
 
-    /// The same value, cut from the graph.
+    /// The same value, cut from the graph (Burn's `detach`).
+    ///
+    /// A leaf that requires a gradient stays a leaf that requires one (a new leaf, with the
+    /// same distributed parameters); any other tensor becomes untracked.
     pub fn detach(self) -> Self {
-        Self::new(self.primitive)
+        match self.node {
+            Some(node) if node.kind == NodeKind::Leaf => Self {
+                primitive: self.primitive,
+                node: Some(Node::leaf_with(
+                    NodeId::new(),
+                    node.distributed.as_deref().cloned(),
+                )),
+            },
+            _ => Self::new(self.primitive),
+        }
     }
 
     /// The inner tensor, dropping the node.

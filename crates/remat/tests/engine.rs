@@ -307,3 +307,34 @@ fn saved_values_lists_what_is_kept_and_why() {
     drop(y);
     assert!(remat::saved_values().0.is_empty());
 }
+
+#[test]
+fn require_grad_and_detach_follow_burn() {
+    let _s = serial();
+    let x = leaf(vec![0.5, 1.0], &[2]);
+    assert!(A::float_is_require_grad(&x));
+    let y = A::float_exp(x.clone());
+    // An intermediate is tracked but does not itself "require grad" (Burn's semantics).
+    assert!(y.is_tracked() && !A::float_is_require_grad(&y));
+    // Detaching a leaf gives a new leaf that still requires a gradient...
+    let d = A::float_detach(x.clone());
+    assert!(A::float_is_require_grad(&d));
+    assert_ne!(d.node_id(), x.node_id());
+    // ... detaching an intermediate gives an untracked tensor.
+    assert!(!A::float_detach(y.clone()).is_tracked());
+    // set_require_grad(false) always gives an untracked tensor.
+    assert!(!A::float_set_require_grad(x.clone(), false).is_tracked());
+    // Gradients do not flow through a detached leaf into the original.
+    let g = A::backward(A::float_mul(d.clone(), y));
+    assert!(A::grad(&d, &g).is_some());
+    assert_eq!(values(A::grad(&x, &g).unwrap()).len(), 2);
+}
+
+#[test]
+#[should_panic(expected = "not a leaf")]
+fn require_grad_on_an_intermediate_panics() {
+    let _s = serial();
+    let x = leaf(vec![0.5], &[1]);
+    let y = A::float_exp(x);
+    let _ = A::float_set_require_grad(y, true);
+}

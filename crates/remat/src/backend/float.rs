@@ -347,12 +347,12 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
         if require_grad {
             tensor.require_grad()
         } else {
-            tensor.detach()
+            AutodiffTensor::new(tensor.primitive)
         }
     }
 
     fn float_is_require_grad(tensor: &FloatTensor<Self>) -> bool {
-        tensor.is_tracked()
+        tensor.is_leaf()
     }
 
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
