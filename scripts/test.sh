@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 
 export REMAT_ORACLE_DIR="${REMAT_ORACLE_DIR:-$ROOT/target/oracle-reference}"
+# One target directory for both workspaces: the crates they share (burn-backend, burn-flex,
+# serde, ...) are compiled once. CI has 2 cores; two separate Burn builds would double that.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export REMAT_REQUIRE_ORACLE=1
 
 step() {
