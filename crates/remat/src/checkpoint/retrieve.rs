@@ -50,7 +50,7 @@ pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
                 };
                 return kept.get().clone();
             }
-            Slot::Evicted => {
+            Slot::Evicted(_) => {
                 drop(state);
                 rebuild(node);
             }
@@ -111,7 +111,7 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
     };
     for input in &op.inputs {
         if let Some(producer) = input.producer()
-            && matches!(producer.lock().slot, Slot::Evicted)
+            && matches!(producer.lock().slot, Slot::Evicted(_))
         {
             stack.push((producer.clone(), false));
         }
@@ -121,9 +121,10 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
 /// Replays the op of `node` from its inputs and stores the result for the reads to come.
 fn replay<B: Backend>(node: &Node<B>) {
     let mut state = node.lock();
-    if !matches!(state.slot, Slot::Evicted) {
+    let Slot::Evicted(signature) = &state.slot else {
         return;
-    }
+    };
+    let signature = signature.clone();
     let op = state.op.as_ref().unwrap_or_else(|| {
         panic!(
             "remat internal error: {node:?} must be rebuilt but its op was already consumed \
@@ -134,6 +135,7 @@ fn replay<B: Backend>(node: &Node<B>) {
     #[cfg(feature = "tracing")]
     tracing::trace!(node = %node.id, op = node.name, "remat: replay");
     let value = op.rule.forward(values);
+    signature.check::<B>(&value, node.name);
     stats::on_replay(node.name);
     state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.name));
 }

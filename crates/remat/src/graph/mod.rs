@@ -16,7 +16,7 @@ mod backward;
 mod node;
 
 pub(crate) use backward::backward;
-pub(crate) use node::{GraphNode, Input, Kept, Node, NodeKind, OpState, Slot};
+pub(crate) use node::{GraphNode, Input, Kept, Node, NodeKind, OpState, Signature, Slot};
 
 use core::sync::atomic::{AtomicU64, Ordering};
 

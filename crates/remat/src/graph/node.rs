@@ -134,7 +134,53 @@ pub(crate) enum Slot<B: BackendTypes> {
     /// Kept: from the forward pass, or rebuilt during backward.
     Stored(Kept<B>),
     /// Needed but dropped: rebuilt by replaying the node's op when first read.
-    Evicted,
+    Evicted(Signature),
+}
+
+/// What a rebuilt value must look like: its shape and dtype, recorded in debug builds and
+/// checked after each replay (a replay that differs means a rule's forward is not the
+/// forward pass's computation). Empty in release builds.
+#[derive(Clone, Debug)]
+pub(crate) struct Signature {
+    #[cfg(debug_assertions)]
+    recorded: Box<(burn_std::Shape, burn_std::DType)>,
+}
+
+impl Signature {
+    pub(crate) fn of<B: BackendTypes>(value: &FloatTensor<B>) -> Self {
+        #[cfg(not(debug_assertions))]
+        let _ = value;
+        Self {
+            #[cfg(debug_assertions)]
+            recorded: Box::new((
+                burn_backend::TensorMetadata::shape(value),
+                burn_backend::TensorMetadata::dtype(value),
+            )),
+        }
+    }
+
+    /// # Panics
+    /// In debug builds, if `value` does not have the recorded shape and dtype.
+    pub(crate) fn check<B: BackendTypes>(&self, value: &FloatTensor<B>, op: &str) {
+        #[cfg(debug_assertions)]
+        {
+            let got = (
+                burn_backend::TensorMetadata::shape(value),
+                burn_backend::TensorMetadata::dtype(value),
+            );
+            assert!(
+                got == *self.recorded,
+                "remat internal error: replaying op `{op}` gave shape {:?} and dtype {:?}, but \
+                 the forward pass produced {:?} and {:?}: the op's replay is not its forward",
+                got.0,
+                got.1,
+                self.recorded.0,
+                self.recorded.1
+            );
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = (value, op);
+    }
 }
 
 impl<B: Backend> Node<B> {
@@ -196,9 +242,9 @@ impl<B: Backend> Node<B> {
         let mut state = self.lock();
         match state.slot {
             Slot::Stored(_) => {}
-            Slot::Evicted if rebuildable => {}
-            Slot::Unneeded if rebuildable => state.slot = Slot::Evicted,
-            Slot::Evicted | Slot::Unneeded => {
+            Slot::Evicted(_) if rebuildable => {}
+            Slot::Unneeded if rebuildable => state.slot = Slot::Evicted(Signature::of::<B>(value)),
+            Slot::Evicted(_) | Slot::Unneeded => {
                 state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.name));
             }
         }
@@ -327,7 +373,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let mut state = self.lock();
         let state = &mut *state;
         match state.slot {
-            Slot::Evicted if state.n_required > 0 => {
+            Slot::Evicted(_) if state.n_required > 0 => {
                 let op = state
                     .op
                     .as_ref()
@@ -338,7 +384,7 @@ impl<B: Backend> GraphNode for Node<B> {
                     }
                 }
             }
-            Slot::Evicted | Slot::Stored(_) if state.n_required == 0 => {
+            Slot::Evicted(_) | Slot::Stored(_) if state.n_required == 0 => {
                 // A backup that nothing in this backward pass reads.
                 state.slot = Slot::Unneeded;
             }
@@ -358,7 +404,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let rebuild_own = {
             let state = self.lock();
             state.op.as_ref().is_some_and(|op| op.reads.output)
-                && matches!(state.slot, Slot::Evicted)
+                && matches!(state.slot, Slot::Evicted(_))
                 && state.n_required > 0
         };
         if rebuild_own {
@@ -416,5 +462,18 @@ mod tests {
         assert!(node <= 160, "Node is {node} bytes");
         let rule = core::mem::size_of::<crate::ops::unary::Unary>();
         assert!(rule <= 24, "Unary is {rule} bytes");
+    }
+
+    /// A replay whose result differs in shape from the forward pass is caught (debug).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "the op's replay is not its forward")]
+    fn a_replay_with_another_shape_is_caught() {
+        use burn_backend::{TensorData, ops::FloatTensorOps};
+        type F = burn_flex::Flex;
+        let device = Default::default();
+        let a = F::float_from_data(TensorData::from([1.0f32, 2.0]), &device);
+        let b = F::float_from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
+        Signature::of::<F>(&a).check::<F>(&b, "exp");
     }
 }

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use crate::checkpoint::policy::{self, OpInfo};
 use crate::checkpoint::retrieve;
 use crate::grads::Gradients;
-use crate::graph::{GraphNode, Input, Kept, Node, NodeKind, OpState, Slot};
+use crate::graph::{GraphNode, Input, Kept, Node, NodeKind, OpState, Signature, Slot};
 use crate::stats::KeepReason;
 use crate::tensor::AutodiffTensor;
 
@@ -276,7 +276,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let slot = if !reads.output {
         Slot::Unneeded
     } else if placement.recompute {
-        Slot::Evicted
+        Slot::Evicted(Signature::of::<B>(&output))
     } else {
         Slot::Stored(Kept::new(output.clone(), KeepReason::Saved, info.name))
     };
