@@ -338,3 +338,22 @@ fn require_grad_on_an_intermediate_panics() {
     let y = A::float_exp(x);
     let _ = A::float_set_require_grad(y, true);
 }
+
+#[test]
+fn distributed_parameters_are_marked_and_survive_detach() {
+    use burn_backend::distributed::DistributedParamId;
+    let _s = serial();
+    let id = DistributedParamId::from(7u64);
+    let w = A::set_distributed_params(leaf(vec![1.0, 2.0], &[2]), id);
+    assert!(A::is_distributed(&w));
+    assert_eq!(A::distributed_params(&w).map(|p| p.param_id), Some(id));
+    let detached = A::float_detach(w.clone());
+    assert_eq!(A::distributed_params(&detached).map(|p| p.param_id), Some(id));
+    // An untracked tensor has no gradient to synchronise: it stays unmarked and untracked.
+    let c = A::set_distributed_params(tensor(vec![1.0], &[1]), id);
+    assert!(!A::is_distributed(&c) && !c.is_tracked());
+    // Backward with a distributed leaf (no communication server running: the inner
+    // backend's hooks are no-ops) gives the usual gradient.
+    let g = A::backward(A::float_mul(w.clone(), w.clone()));
+    assert_eq!(values(A::grad(&w, &g).unwrap()), vec![2.0, 4.0]);
+}
