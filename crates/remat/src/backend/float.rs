@@ -427,6 +427,10 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
         unary::apply(C::BALANCED, Unary::PowfScalar(value), tensor)
     }
 
+    fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        unary::apply(C::BALANCED, Unary::PowiScalar(rhs), lhs)
+    }
+
     fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         unary::apply(C::BALANCED, Unary::Sqrt, tensor)
     }

@@ -43,6 +43,8 @@ pub(crate) enum Unary {
     Neg,
     Sign,
     PowfScalar(Scalar),
+    /// Integer power (the inner backend's `powi_scalar`, with its special cases).
+    PowiScalar(Scalar),
     AddScalar(Scalar),
     SubScalar(Scalar),
     MulScalar(Scalar),
@@ -121,6 +123,7 @@ impl Unary {
             Unary::Neg => "neg",
             Unary::Sign => "sign",
             Unary::PowfScalar(_) => "powf_scalar",
+            Unary::PowiScalar(_) => "powi_scalar",
             Unary::AddScalar(_) => "add_scalar",
             Unary::SubScalar(_) => "sub_scalar",
             Unary::MulScalar(_) => "mul_scalar",
@@ -169,6 +172,7 @@ impl<B: Backend> Rule<B> for Unary {
             Unary::Neg => B::float_neg(x),
             Unary::Sign => B::float_sign(x),
             Unary::PowfScalar(p) => B::float_powf_scalar(x, p),
+            Unary::PowiScalar(p) => B::float_powi_scalar(x, p),
             Unary::AddScalar(s) => B::float_add_scalar(x, s),
             Unary::SubScalar(s) => B::float_sub_scalar(x, s),
             Unary::MulScalar(s) => B::float_mul_scalar(x, s),
@@ -202,6 +206,7 @@ impl<B: Backend> Rule<B> for Unary {
             | Unary::Atanh
             | Unary::Erf
             | Unary::PowfScalar(_)
+            | Unary::PowiScalar(_)
             | Unary::Clamp(..) => Reads::input(0),
             Unary::Round
             | Unary::Floor
@@ -295,6 +300,15 @@ impl<B: Backend> Rule<B> for Unary {
                 let d = B::float_mul_scalar(
                     B::float_powf_scalar(cx.input(0), scalar(p - 1.0)),
                     scalar(p),
+                );
+                B::float_mul(g, d)
+            }
+            // d/dx x^n = n x^(n-1), with n an integer
+            Unary::PowiScalar(n) => {
+                let n = n.elem::<i64>();
+                let d = B::float_mul_scalar(
+                    B::float_powi_scalar(cx.input(0), Scalar::Int(n - 1)),
+                    scalar(n as f64),
                 );
                 B::float_mul(g, d)
             }
