@@ -54,8 +54,10 @@ impl<B: Backend, C: CheckpointStrategy> Backend for Autodiff<B, C> {
         true
     }
 
+    /// Burn's name for an autodiff backend (`autodiff<inner>`), kept for code that matches
+    /// on it.
     fn name(device: &Self::Device) -> String {
-        format!("remat<{}>", B::name(device))
+        format!("autodiff<{}>", B::name(device))
     }
 
     fn seed(device: &Self::Device, seed: u64) {
