@@ -1,99 +1,652 @@
-//! The main example: a Burn model trained on remat.
+//! The main example: a small Burn transformer learns to reverse digit sequences, on remat.
 //!
 //! ```sh
 //! cargo run --release -p remat-models --example train
+//! cargo run --release -p remat-models --example train -- --policy regions --steps 300
 //! ```
 //!
-//! Nothing here mentions remat except the statistics at the end: the model, the optimizer and
-//! the training loop are plain Burn. The workspace's `[patch.crates-io] burn-autodiff` line
-//! makes `Device::autodiff()` run on remat, and `.gradient_checkpointing()` selects Burn's
-//! balanced strategy, under which remat drops cheap element-wise activations and replays
-//! them during backward.
+//! The model, the optimizer and the training loop are plain Burn (`burn::nn`, `burn::optim`);
+//! the workspace's `[patch.crates-io] burn-autodiff` line makes `Device::autodiff()` run on
+//! remat. The only remat calls choose what is kept for backward (`--policy`) and read the
+//! statistics for the summary:
+//!
+//! - `save-all`: keep every value a backward step reads (Burn's `NoCheckpointing`);
+//! - `balanced`: drop cheap element-wise outputs, replay them in backward (Burn's balanced
+//!   checkpointing, the default);
+//! - `recompute-all`: keep only what cannot be rebuilt;
+//! - `regions`: one `remat::checkpoint` region per encoder layer, `SaveAll` elsewhere.
+//!
+//! At the end the chosen policy and `SaveAll` run a few more steps each, alternately, on the
+//! same weights and batch, and a table compares step time, memory and replays. Memory is
+//! measured twice: by remat's own counters (bytes kept for backward) and by a counting
+//! global allocator (every heap byte of the process, relative to the start of the step).
 
-use std::time::Instant;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use burn::module::Module;
-use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Gelu, Linear, LinearConfig};
+use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
+use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use indicatif::{ProgressBar, ProgressStyle};
+use remat::{KeepReason, Policy};
 
-const SAMPLES: usize = 256;
-const HIDDEN: usize = 64;
-const STEPS: usize = 200;
+/// Digits 0-9.
+const VOCAB: usize = 10;
+const SEQ: usize = 8;
+const BATCH: usize = 32;
+const D_MODEL: usize = 64;
+const D_FF: usize = 128;
+const HEADS: usize = 4;
+const LAYERS: usize = 2;
+const LEARNING_RATE: f64 = 2e-3;
+const DEFAULT_STEPS: usize = 400;
+/// Steps per policy in the final comparison.
+const COMPARE_STEPS: usize = 12;
 
-/// A two-hidden-layer perceptron regressing `y = sin(3 x0) * cos(2 x1)`.
-#[derive(Module, Debug)]
-struct Regressor {
-    input: Linear,
-    hidden: Linear,
-    output: Linear,
-    activation: Gelu,
+// ---------------------------------------------------------------------------------------
+// A counting global allocator: live heap bytes and their peak since the last reset.
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(bytes: usize) {
+    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(live, Ordering::Relaxed);
 }
 
-impl Regressor {
+fn shrank(bytes: usize) {
+    LIVE.fetch_sub(bytes, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; only counters are updated.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) };
+        shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            if new_size >= layout.size() {
+                grew(new_size - layout.size());
+            } else {
+                shrank(layout.size() - new_size);
+            }
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Live heap bytes now; resets the peak to it.
+fn heap_mark() -> usize {
+    let live = LIVE.load(Ordering::Relaxed);
+    PEAK.store(live, Ordering::Relaxed);
+    live
+}
+
+// ---------------------------------------------------------------------------------------
+// Command line.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    SaveAll,
+    Balanced,
+    RecomputeAll,
+    Regions,
+}
+
+impl Mode {
+    const ALL: [(&'static str, Mode); 4] = [
+        ("save-all", Mode::SaveAll),
+        ("balanced", Mode::Balanced),
+        ("recompute-all", Mode::RecomputeAll),
+        ("regions", Mode::Regions),
+    ];
+
+    fn parse(name: &str) -> Option<Mode> {
+        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    }
+
+    /// The process-wide policy; `Regions` adds its regions in the model's forward pass.
+    fn policy(self) -> Policy {
+        match self {
+            Mode::SaveAll | Mode::Regions => Policy::SaveAll,
+            Mode::Balanced => Policy::Balanced,
+            Mode::RecomputeAll => Policy::RecomputeAll,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = Self::ALL.iter().find(|(_, m)| m == self).map(|(n, _)| *n);
+        f.write_str(name.unwrap_or("?"))
+    }
+}
+
+struct Args {
+    mode: Mode,
+    steps: usize,
+    saved: bool,
+}
+
+const USAGE: &str = "\
+Trains a small transformer to reverse sequences of digits, on remat.
+
+usage: train [--policy save-all|balanced|recompute-all|regions] [--steps N] [--saved]
+
+  --policy P   what is kept for backward (default: balanced)
+               save-all       keep everything backward reads (Burn's NoCheckpointing)
+               balanced       replay cheap element-wise ops (Burn's balanced checkpointing)
+               recompute-all  keep only what cannot be rebuilt
+               regions        one remat::checkpoint region per encoder layer
+  --steps N    training steps (default: 400)
+  --saved      also list every value kept after one forward pass (remat::saved_values)";
+
+fn parse_args() -> Result<Option<Args>, String> {
+    let mut args = Args {
+        mode: Mode::Balanced,
+        steps: DEFAULT_STEPS,
+        saved: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
+            None => (arg, None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--policy" => {
+                let v = value("--policy")?;
+                args.mode = Mode::parse(&v).ok_or_else(|| format!("unknown policy {v:?}"))?;
+            }
+            "--steps" => {
+                let v = value("--steps")?;
+                args.steps = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--steps: expected a positive number, got {v:?}"))?;
+            }
+            "--saved" => args.saved = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(args))
+}
+
+// ---------------------------------------------------------------------------------------
+// The task: reverse a sequence of random digits.
+
+/// A small xorshift generator: the data never touches the backend's RNG.
+struct Rng(u64);
+
+impl Rng {
+    fn digit(&mut self) -> i64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 32) % VOCAB as u64) as i64
+    }
+}
+
+struct Batch {
+    inputs: Tensor<2, Int>,
+    targets: Tensor<1, Int>,
+    expected: Vec<i64>,
+}
+
+fn batch(rng: &mut Rng, device: &Device) -> Batch {
+    let inputs: Vec<i64> = (0..BATCH * SEQ).map(|_| rng.digit()).collect();
+    let expected: Vec<i64> = inputs
+        .chunks(SEQ)
+        .flat_map(|row| row.iter().rev().copied())
+        .collect();
+    Batch {
+        inputs: Tensor::from_data(TensorData::new(inputs, [BATCH, SEQ]), device),
+        targets: Tensor::from_data(TensorData::new(expected.clone(), [BATCH * SEQ]), device),
+        expected,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The model: plain burn::nn.
+
+#[derive(Module, Debug)]
+struct Reverser {
+    tokens: Embedding,
+    positions: Embedding,
+    encoder: TransformerEncoder,
+    head: Linear,
+}
+
+impl Reverser {
     fn new(device: &Device) -> Self {
         Self {
-            input: LinearConfig::new(2, HIDDEN).init(device),
-            hidden: LinearConfig::new(HIDDEN, HIDDEN).init(device),
-            output: LinearConfig::new(HIDDEN, 1).init(device),
-            activation: Gelu::new(),
+            tokens: EmbeddingConfig::new(VOCAB, D_MODEL).init(device),
+            positions: EmbeddingConfig::new(SEQ, D_MODEL).init(device),
+            encoder: TransformerEncoderConfig::new(D_MODEL, D_FF, HEADS, LAYERS)
+                .with_norm_first(true)
+                .with_dropout(0.0)
+                .init(device),
+            head: LinearConfig::new(D_MODEL, VOCAB).init(device),
         }
     }
 
-    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let x = self.activation.forward(self.input.forward(x));
-        let x = self.activation.forward(self.hidden.forward(x));
-        self.output.forward(x)
+    /// `[batch, SEQ]` digits -> `[batch, SEQ, VOCAB]` logits.
+    fn forward(&self, inputs: Tensor<2, Int>, regions: bool) -> Tensor<3> {
+        let [batch, seq] = inputs.dims();
+        let device = inputs.device();
+        let positions = Tensor::<1, Int>::arange(0..seq as i64, &device)
+            .reshape([1, seq])
+            .repeat_dim(0, batch);
+        let mut x = self.tokens.forward(inputs) + self.positions.forward(positions);
+        for layer in &self.encoder.layers {
+            x = if regions {
+                remat::checkpoint(|| layer.forward(x, None, None))
+            } else {
+                layer.forward(x, None, None)
+            };
+        }
+        self.head.forward(x)
     }
 }
 
-fn main() {
+// ---------------------------------------------------------------------------------------
+// One step, measured.
+
+#[derive(Clone, Debug, Default)]
+struct StepReport {
+    loss: f32,
+    correct: usize,
+    /// Forward + loss + backward.
+    time: Duration,
+    /// Peak live heap bytes during the step, above the start of the step.
+    heap_peak: usize,
+    /// Live heap bytes after forward + loss, above the start of the step.
+    heap_after_forward: usize,
+    /// Bytes remat keeps for backward after forward + loss.
+    kept_after_forward: u64,
+    /// Peak of the bytes remat keeps, during the step.
+    kept_peak: u64,
+    replays: u64,
+    /// Kept bytes after forward by op, when asked for.
+    kept_by_op: Option<BTreeMap<&'static str, (usize, u64)>>,
+}
+
+fn step(
+    model: &Reverser,
+    loss_fn: &CrossEntropyLoss,
+    batch: &Batch,
+    mode: Mode,
+    by_op: bool,
+) -> (StepReport, GradientsParams) {
+    remat::set_policy(mode.policy());
+    remat::reset_stats();
+    let base = heap_mark();
+    let start = Instant::now();
+
+    let logits = model.forward(batch.inputs.clone(), mode == Mode::Regions);
+    let loss = loss_fn.forward(
+        logits.clone().reshape([BATCH * SEQ, VOCAB]),
+        batch.targets.clone(),
+    );
+
+    let mut elapsed = start.elapsed();
+    let kept = remat::stats();
+    let heap_after_forward = LIVE.load(Ordering::Relaxed).saturating_sub(base);
+    let kept_by_op = by_op.then(|| {
+        let mut ops = BTreeMap::new();
+        for v in remat::saved_values().0 {
+            if v.reason == KeepReason::Leaf {
+                continue;
+            }
+            let entry: &mut (usize, u64) = ops.entry(v.op).or_default();
+            entry.0 += 1;
+            entry.1 += v.bytes;
+        }
+        ops
+    });
+    // Reading predictions and the loss value is not part of the timed step.
+    let predicted = logits
+        .detach()
+        .argmax(2)
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .unwrap_or_default();
+    let correct = predicted
+        .iter()
+        .zip(&batch.expected)
+        .filter(|(p, e)| p == e)
+        .count();
+    let loss_value = loss.clone().into_scalar::<f32>();
+
+    let resumed = Instant::now();
+    let grads = loss.backward();
+    elapsed += resumed.elapsed();
+    let heap_peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    let after = remat::stats();
+    let grads = GradientsParams::from_grads(grads, model);
+
+    let report = StepReport {
+        loss: loss_value,
+        correct,
+        time: elapsed,
+        heap_peak,
+        heap_after_forward,
+        kept_after_forward: kept.live_bytes,
+        kept_peak: after.peak_bytes,
+        replays: after.replays,
+        kept_by_op,
+    };
+    (report, grads)
+}
+
+// ---------------------------------------------------------------------------------------
+// Output helpers.
+
+fn human(bytes: f64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.0} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn median<T: Copy + Ord>(values: &[T]) -> T {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted[sorted.len() / 2]
+}
+
+/// Median figures over several measured steps.
+struct Summary {
+    time: Duration,
+    heap_peak: usize,
+    heap_after_forward: usize,
+    kept_after_forward: u64,
+    kept_peak: u64,
+    replays: u64,
+}
+
+impl Summary {
+    fn of(reports: &[StepReport]) -> Self {
+        let pick = |f: fn(&StepReport) -> u64| median(&reports.iter().map(f).collect::<Vec<_>>());
+        Summary {
+            time: median(&reports.iter().map(|r| r.time).collect::<Vec<_>>()),
+            heap_peak: pick(|r| r.heap_peak as u64) as usize,
+            heap_after_forward: pick(|r| r.heap_after_forward as u64) as usize,
+            kept_after_forward: pick(|r| r.kept_after_forward),
+            kept_peak: pick(|r| r.kept_peak),
+            replays: pick(|r| r.replays),
+        }
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}x", a / b)
+    } else {
+        "-".to_string()
+    }
+}
+
+fn print_table(mode: Mode, ours: &Summary, base: &Summary) {
+    let rows: [(&str, String, String, String); 6] = [
+        (
+            "step time (median)",
+            millis(ours.time),
+            millis(base.time),
+            ratio(ours.time.as_secs_f64(), base.time.as_secs_f64()),
+        ),
+        (
+            "peak heap during step",
+            human(ours.heap_peak as f64),
+            human(base.heap_peak as f64),
+            ratio(ours.heap_peak as f64, base.heap_peak as f64),
+        ),
+        (
+            "heap held after forward",
+            human(ours.heap_after_forward as f64),
+            human(base.heap_after_forward as f64),
+            ratio(
+                ours.heap_after_forward as f64,
+                base.heap_after_forward as f64,
+            ),
+        ),
+        (
+            "kept after forward",
+            human(ours.kept_after_forward as f64),
+            human(base.kept_after_forward as f64),
+            ratio(
+                ours.kept_after_forward as f64,
+                base.kept_after_forward as f64,
+            ),
+        ),
+        (
+            "peak kept during step",
+            human(ours.kept_peak as f64),
+            human(base.kept_peak as f64),
+            ratio(ours.kept_peak as f64, base.kept_peak as f64),
+        ),
+        (
+            "replays per step",
+            ours.replays.to_string(),
+            base.replays.to_string(),
+            String::new(),
+        ),
+    ];
+    let ours_name = mode.to_string();
+    let width = rows
+        .iter()
+        .map(|r| r.1.len())
+        .max()
+        .unwrap_or(0)
+        .max(ours_name.len());
+    println!(
+        "  {:<24} {:>width$}  {:>10}  {:>6}",
+        "", ours_name, "save-all", "ratio"
+    );
+    for (name, a, b, r) in rows {
+        println!("  {name:<24} {a:>width$}  {b:>10}  {r:>6}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+
+    // Flex (CPU) under Burn's autodiff, here remat; `gradient_checkpointing()` makes the
+    // graph follow `remat::set_policy`.
     let device = Device::flex().autodiff().gradient_checkpointing();
     device.seed(42);
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
 
-    // A fixed grid of inputs in [-1, 1]^2 and the target function.
-    let side = (SAMPLES as f64).sqrt() as usize;
-    let mut xs = Vec::with_capacity(side * side * 2);
-    let mut ys = Vec::with_capacity(side * side);
-    for i in 0..side {
-        for j in 0..side {
-            let (a, b) = (
-                i as f32 / (side - 1) as f32 * 2.0 - 1.0,
-                j as f32 / (side - 1) as f32 * 2.0 - 1.0,
-            );
-            xs.extend([a, b]);
-            ys.push((3.0 * a).sin() * (2.0 * b).cos());
-        }
-    }
-    let n = side * side;
-    let x = Tensor::<2>::from_data(TensorData::new(xs, [n, 2]), &device);
-    let y = Tensor::<2>::from_data(TensorData::new(ys, [n, 1]), &device);
-
-    let mut model = Regressor::new(&device);
+    let mut model = Reverser::new(&device);
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut optim = AdamConfig::new().init();
-    remat::reset_stats();
-    let start = Instant::now();
-    let mut first = None;
-    let mut last = f32::NAN;
-    for step in 1..=STEPS {
-        let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
-        last = loss.clone().into_scalar::<f32>();
-        first.get_or_insert(last);
-        if step == 1 || step % 20 == 0 {
-            println!("step {step:>4}  loss {last:.6}");
+    println!(
+        "Reversing {SEQ}-digit sequences: transformer encoder ({LAYERS} layers, d_model {D_MODEL}, \
+         {HEADS} heads), {} parameters, batch {BATCH}, Adam lr {LEARNING_RATE}",
+        model.num_params()
+    );
+    println!(
+        "policy: {}, {} steps, on Flex through remat\n",
+        args.mode, args.steps
+    );
+
+    let bar = ProgressBar::new(args.steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner:.green} [{elapsed_precise}] {bar:32.cyan/blue} {pos:>4}/{len} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    let every = (args.steps / 5).max(1);
+    let mut smooth: Option<(f32, f32)> = None;
+    let mut first: Option<(f32, f32)> = None;
+    let mut times = Vec::with_capacity(args.steps);
+    let started = Instant::now();
+    for i in 1..=args.steps {
+        let data = batch(&mut rng, &device);
+        let (report, grads) = step(&model, &loss_fn, &data, args.mode, false);
+        model = optim.step(LEARNING_RATE, model, grads);
+        times.push(report.time);
+
+        let accuracy = report.correct as f32 / (BATCH * SEQ) as f32;
+        first.get_or_insert((report.loss, accuracy));
+        let (loss, acc) = match smooth {
+            None => (report.loss, accuracy),
+            Some((l, a)) => (0.9 * l + 0.1 * report.loss, 0.9 * a + 0.1 * accuracy),
+        };
+        smooth = Some((loss, acc));
+        bar.set_message(format!("loss {loss:.3}  acc {:>5.1}%", acc * 100.0));
+        bar.inc(1);
+        if i % every == 0 || i == 1 {
+            bar.println(format!(
+                "step {i:>5}  loss {loss:.4}  token accuracy {:>5.1}%",
+                acc * 100.0
+            ));
         }
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(5e-3, model, grads);
     }
-    let stats = remat::stats();
+    bar.finish_and_clear();
+    let training = started.elapsed();
+    let (first_loss, first_acc) = first.unwrap_or_default();
+    let (last_loss, last_acc) = smooth.unwrap_or_default();
     println!(
-        "trained {STEPS} steps in {:.2?}: loss {:.6} -> {last:.6}",
-        start.elapsed(),
-        first.unwrap_or(f32::NAN)
+        "\ntrained {} steps in {:.1?} (median step {}): loss {first_loss:.3} -> {last_loss:.3}, \
+         token accuracy {:.1}% -> {:.1}%",
+        args.steps,
+        training,
+        millis(median(&times)),
+        first_acc * 100.0,
+        last_acc * 100.0
     );
+
+    // The comparison: the chosen policy and SaveAll alternately, same weights, same batch,
+    // gradients discarded. The first pair warms up.
     println!(
-        "remat: peak saved activations {} bytes, {} values replayed during backward",
-        stats.peak_bytes, stats.replays
+        "\nmeasuring {} vs save-all ({COMPARE_STEPS} steps each, alternating)...",
+        args.mode
     );
+    let data = batch(&mut rng, &device);
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    let mut by_op = None;
+    for i in 0..=COMPARE_STEPS {
+        let (a, _) = step(&model, &loss_fn, &data, args.mode, i == 0);
+        let (b, _) = step(&model, &loss_fn, &data, Mode::SaveAll, false);
+        if i == 0 {
+            by_op = a.kept_by_op;
+        } else {
+            ours.push(a);
+            base.push(b);
+        }
+    }
+    remat::set_policy(Policy::Balanced);
+    println!(
+        "\nper step (forward + loss + backward, batch {BATCH}); heap figures are relative to \
+         the start of the step:\n"
+    );
+    print_table(args.mode, &Summary::of(&ours), &Summary::of(&base));
+
+    if let Some(by_op) = by_op {
+        let mut rows: Vec<_> = by_op.into_iter().collect();
+        rows.sort_by_key(|(_, (_, bytes))| std::cmp::Reverse(*bytes));
+        let total: u64 = rows.iter().map(|(_, (_, b))| b).sum();
+        println!(
+            "\nkept after forward under {} (remat::saved_values, by op, leaves aside):",
+            args.mode
+        );
+        for (op, (count, bytes)) in rows.iter().take(6) {
+            println!("  {op:<20} {count:>4} values  {:>10}", human(*bytes as f64));
+        }
+        if rows.len() > 6 {
+            let rest: u64 = rows.iter().skip(6).map(|(_, (_, b))| b).sum();
+            println!(
+                "  {:<20} {:>4} ops     {:>10}",
+                "others",
+                rows.len() - 6,
+                human(rest as f64)
+            );
+        }
+        println!("  {:<20} {:>11}  {:>10}", "total", "", human(total as f64));
+    }
+
+    if args.saved {
+        remat::set_policy(args.mode.policy());
+        let logits = model.forward(data.inputs.clone(), args.mode == Mode::Regions);
+        println!(
+            "\nevery value kept after one forward pass under {}:",
+            args.mode
+        );
+        println!("{}", remat::saved_values());
+        drop(logits);
+        remat::set_policy(Policy::Balanced);
+    }
+    ExitCode::SUCCESS
 }
