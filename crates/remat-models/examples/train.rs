@@ -1,8 +1,9 @@
-//! The main example: a small Burn transformer learns to reverse digit sequences, on remat.
+//! The main example: a small Burn transformer learns to sort digit sequences, on remat.
 //!
 //! ```sh
 //! cargo run --release -p remat-models --example train
 //! cargo run --release -p remat-models --example train -- --policy regions --steps 300
+//! cargo run --release -p remat-models --example train -- --help
 //! ```
 //!
 //! The model, the optimizer and the training loop are plain Burn (`burn::nn`, `burn::optim`);
@@ -39,14 +40,14 @@ use remat::{KeepReason, Policy};
 
 /// Digits 0-9.
 const VOCAB: usize = 10;
-const SEQ: usize = 8;
+const SEQ: usize = 16;
 const BATCH: usize = 32;
 const D_MODEL: usize = 64;
 const D_FF: usize = 128;
 const HEADS: usize = 4;
 const LAYERS: usize = 2;
 const LEARNING_RATE: f64 = 2e-3;
-const DEFAULT_STEPS: usize = 400;
+const DEFAULT_STEPS: usize = 500;
 /// Steps per policy in the final comparison.
 const COMPARE_STEPS: usize = 12;
 
@@ -158,26 +159,34 @@ impl fmt::Display for Mode {
 }
 
 struct Args {
+    task: Task,
     mode: Mode,
     steps: usize,
     saved: bool,
 }
 
-const USAGE: &str = "\
-Trains a small transformer to reverse sequences of digits, on remat.
+fn usage() -> String {
+    format!(
+        "\
+Trains a small transformer to sort (or reverse) sequences of digits, on remat.
 
-usage: train [--policy save-all|balanced|recompute-all|regions] [--steps N] [--saved]
+usage: train [--policy save-all|balanced|recompute-all|regions] [--steps N] [--task sort|reverse]
+             [--saved]
 
   --policy P   what is kept for backward (default: balanced)
                save-all       keep everything backward reads (Burn's NoCheckpointing)
                balanced       replay cheap element-wise ops (Burn's balanced checkpointing)
                recompute-all  keep only what cannot be rebuilt
                regions        one remat::checkpoint region per encoder layer
-  --steps N    training steps (default: 400)
-  --saved      also list every value kept after one forward pass (remat::saved_values)";
+  --steps N    training steps (default: {DEFAULT_STEPS})
+  --task T     sort (default) or reverse the digits
+  --saved      also list every value kept after one forward pass (remat::saved_values)"
+    )
+}
 
 fn parse_args() -> Result<Option<Args>, String> {
     let mut args = Args {
+        task: Task::Sort,
         mode: Mode::Balanced,
         steps: DEFAULT_STEPS,
         saved: false,
@@ -208,6 +217,13 @@ fn parse_args() -> Result<Option<Args>, String> {
                     .filter(|n| *n > 0)
                     .ok_or_else(|| format!("--steps: expected a positive number, got {v:?}"))?;
             }
+            "--task" => {
+                args.task = match value("--task")?.as_str() {
+                    "sort" => Task::Sort,
+                    "reverse" => Task::Reverse,
+                    other => return Err(format!("unknown task {other:?}")),
+                }
+            }
             "--saved" => args.saved = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -216,7 +232,7 @@ fn parse_args() -> Result<Option<Args>, String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The task: reverse a sequence of random digits.
+// The task: sort (or reverse) a sequence of random digits.
 
 /// A small xorshift generator: the data never touches the backend's RNG.
 struct Rng(u64);
@@ -230,17 +246,42 @@ impl Rng {
     }
 }
 
+/// What the model learns to output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Task {
+    Reverse,
+    Sort,
+}
+
+impl Task {
+    fn target(self, row: &[i64]) -> Vec<i64> {
+        let mut out = row.to_vec();
+        match self {
+            Task::Reverse => out.reverse(),
+            Task::Sort => out.sort_unstable(),
+        }
+        out
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Task::Reverse => "Reversing",
+            Task::Sort => "Sorting",
+        }
+    }
+}
+
 struct Batch {
     inputs: Tensor<2, Int>,
     targets: Tensor<1, Int>,
     expected: Vec<i64>,
 }
 
-fn batch(rng: &mut Rng, device: &Device) -> Batch {
+fn batch(task: Task, rng: &mut Rng, device: &Device) -> Batch {
     let inputs: Vec<i64> = (0..BATCH * SEQ).map(|_| rng.digit()).collect();
     let expected: Vec<i64> = inputs
         .chunks(SEQ)
-        .flat_map(|row| row.iter().rev().copied())
+        .flat_map(|row| task.target(row))
         .collect();
     Batch {
         inputs: Tensor::from_data(TensorData::new(inputs, [BATCH, SEQ]), device),
@@ -502,6 +543,11 @@ fn print_table(mode: Mode, ours: &Summary, base: &Summary) {
     for (name, a, b, r) in rows {
         println!("  {name:<24} {a:>width$}  {b:>10}  {r:>6}");
     }
+    println!(
+        "\n  heap: the counting global allocator, every byte of the process, relative to the \
+         start of the step\n  kept: what remat holds for backward (remat::stats; a view is \
+         counted at its full size)"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -510,11 +556,11 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
+            eprintln!("error: {message}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };
@@ -529,8 +575,9 @@ fn main() -> ExitCode {
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut optim = AdamConfig::new().init();
     println!(
-        "Reversing {SEQ}-digit sequences: transformer encoder ({LAYERS} layers, d_model {D_MODEL}, \
+        "{} {SEQ}-digit sequences: transformer encoder ({LAYERS} layers, d_model {D_MODEL}, \
          {HEADS} heads), {} parameters, batch {BATCH}, Adam lr {LEARNING_RATE}",
+        args.task.verb(),
         model.num_params()
     );
     println!(
@@ -552,7 +599,7 @@ fn main() -> ExitCode {
     let mut times = Vec::with_capacity(args.steps);
     let started = Instant::now();
     for i in 1..=args.steps {
-        let data = batch(&mut rng, &device);
+        let data = batch(args.task, &mut rng, &device);
         let (report, grads) = step(&model, &loss_fn, &data, args.mode, false);
         model = optim.step(LEARNING_RATE, model, grads);
         times.push(report.time);
@@ -567,10 +614,16 @@ fn main() -> ExitCode {
         bar.set_message(format!("loss {loss:.3}  acc {:>5.1}%", acc * 100.0));
         bar.inc(1);
         if i % every == 0 || i == 1 {
-            bar.println(format!(
+            let line = format!(
                 "step {i:>5}  loss {loss:.4}  token accuracy {:>5.1}%",
                 acc * 100.0
-            ));
+            );
+            // A hidden bar (output not a terminal) prints nothing, not even its `println`.
+            if bar.is_hidden() {
+                println!("{line}");
+            } else {
+                bar.println(line);
+            }
         }
     }
     bar.finish_and_clear();
@@ -593,7 +646,7 @@ fn main() -> ExitCode {
         "\nmeasuring {} vs save-all ({COMPARE_STEPS} steps each, alternating)...",
         args.mode
     );
-    let data = batch(&mut rng, &device);
+    let data = batch(args.task, &mut rng, &device);
     let mut ours = Vec::new();
     let mut base = Vec::new();
     let mut by_op = None;
@@ -608,10 +661,7 @@ fn main() -> ExitCode {
         }
     }
     remat::set_policy(Policy::Balanced);
-    println!(
-        "\nper step (forward + loss + backward, batch {BATCH}); heap figures are relative to \
-         the start of the step:\n"
-    );
+    println!("\nper step (forward + loss + backward, batch {BATCH}, medians):\n");
     print_table(args.mode, &Summary::of(&ours), &Summary::of(&base));
 
     if let Some(by_op) = by_op {
@@ -622,6 +672,9 @@ fn main() -> ExitCode {
             "\nkept after forward under {} (remat::saved_values, by op, leaves aside):",
             args.mode
         );
+        if rows.is_empty() {
+            println!("  nothing: every value backward reads is rebuilt from the leaves");
+        }
         for (op, (count, bytes)) in rows.iter().take(6) {
             println!("  {op:<20} {count:>4} values  {:>10}", human(*bytes as f64));
         }
