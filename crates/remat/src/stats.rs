@@ -26,7 +26,8 @@ pub enum KeepReason {
     Rebuilt,
     /// An untracked input a backward step or a replay reads (captured with the op).
     Constant,
-    /// A leaf (a parameter or input that requires a gradient) read by a backward step.
+    /// A leaf (a parameter or input that requires a gradient) read by a backward step, or a
+    /// view of leaves (e.g. a reshaped weight): its memory is the user's.
     Leaf,
 }
 

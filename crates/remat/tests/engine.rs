@@ -376,3 +376,21 @@ fn a_region_that_returns_a_captured_tensor_unchanged_is_harmless() {
     assert_eq!(plain, 42);
     assert_eq!(remat::stats().live_bytes, 0);
 }
+
+#[test]
+fn a_kept_view_of_a_parameter_counts_with_the_leaves() {
+    let _s = serial();
+    let before = remat::stats();
+    let w = leaf(vec![0.5; 16], &[4, 4]);
+    let x = leaf(vec![1.0; 32], &[2, 4, 4]);
+    let y = remat::with_policy(Policy::SaveAll, || {
+        let w3 = A::float_reshape(w.clone(), burn_std::Shape::new([1, 4, 4]));
+        A::float_matmul(x.clone(), w3)
+    });
+    let after = remat::stats();
+    // Nothing the user does not already hold is kept: the weight view and the input are leaves.
+    assert_eq!(after.live_bytes, before.live_bytes);
+    assert!(after.leaf_bytes > before.leaf_bytes);
+    drop(y);
+    assert_eq!(remat::stats().leaf_bytes, before.leaf_bytes);
+}

@@ -192,6 +192,9 @@ pub(crate) fn in_region<R>(f: impl FnOnce() -> R) -> R {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placement {
     pub(crate) recompute: bool,
+    /// The output is a view (an [`Cost::Alias`] op) of leaves only: keeping it holds the
+    /// leaves' memory, which is the user's, so it is counted with the leaves.
+    pub(crate) leaf_view: bool,
     pub(crate) region: u64,
 }
 
@@ -205,6 +208,7 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
         if !replayable {
             return Placement {
                 recompute: false,
+                leaf_view: false,
                 region,
             };
         }
@@ -221,7 +225,11 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
         } else {
             false
         };
-        Placement { recompute, region }
+        Placement {
+            recompute,
+            leaf_view: false,
+            region,
+        }
     })
 }
 

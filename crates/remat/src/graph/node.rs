@@ -198,6 +198,7 @@ impl<B: Backend> Node<B> {
             name: "leaf",
             placement: Placement {
                 recompute: false,
+                leaf_view: false,
                 region: 0,
             },
             state: Mutex::new(State {
@@ -245,7 +246,12 @@ impl<B: Backend> Node<B> {
             Slot::Evicted(_) if rebuildable => {}
             Slot::Unneeded if rebuildable => state.slot = Slot::Evicted(Signature::of::<B>(value)),
             Slot::Evicted(_) | Slot::Unneeded => {
-                state.slot = Slot::Stored(Kept::new(value.clone(), KeepReason::Saved, self.name));
+                let reason = if self.placement.leaf_view {
+                    KeepReason::Leaf
+                } else {
+                    KeepReason::Saved
+                };
+                state.slot = Slot::Stored(Kept::new(value.clone(), reason, self.name));
             }
         }
     }

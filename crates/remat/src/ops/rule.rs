@@ -230,7 +230,11 @@ fn record_impl<B: Backend, R: Rule<B>>(
     }
 
     let info = rule.info();
-    let placement = policy::place(&info, rule.replayable(), balanced);
+    let mut placement = policy::place(&info, rule.replayable(), balanced);
+    placement.leaf_view = info.cost == policy::Cost::Alias
+        && inputs
+            .iter()
+            .all(|t| t.node.as_ref().is_some_and(|n| n.kind == NodeKind::Leaf));
     let reads = rule.reads(Tracked(mask));
 
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
