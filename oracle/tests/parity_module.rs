@@ -8,7 +8,7 @@ use burn_backend::AutodiffBackend;
 use burn_backend::IntDType;
 use burn_backend::ops::{
     AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConvOptions,
-    GridSampleOptions, GridSamplePaddingMode, InterpolateMode, InterpolateOptions,
+    GridSampleOptions, GridSamplePaddingMode, InterpolateMode, InterpolateOptions, UnfoldOptions,
 };
 use burn_backend::tensor::FloatTensor;
 use burn_flex::Flex;
@@ -411,5 +411,65 @@ fn norms() {
             )
         }),
         &ls,
+    );
+}
+
+#[test]
+fn unfold4d_and_fold4d() {
+    for (i, options) in [
+        UnfoldOptions::new([1, 1], [0, 0], [1, 1]),
+        UnfoldOptions::new([2, 1], [1, 1], [1, 2]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        compare(
+            &format!("unfold4d {options:?}"),
+            &program!(o: UnfoldOptions = options; |B, x| B::unfold4d(xt::<B>(x), [2, 3], o.clone())),
+            &leaves(1700 + i as u64, &[&[1, 2, 5, 4]]),
+        );
+    }
+    compare(
+        "fold4d overlapping",
+        &program!(|B, x| {
+            B::fold4d(
+                x[0].clone(),
+                [4, 4],
+                [2, 2],
+                UnfoldOptions::new([1, 1], [0, 0], [1, 1]),
+            )
+        }),
+        &leaves(1710, &[&[1, 4, 9]]),
+    );
+    compare(
+        "fold4d strided padded",
+        &program!(|B, x| {
+            B::fold4d(
+                x[0].clone(),
+                [4, 4],
+                [2, 2],
+                UnfoldOptions::new([2, 2], [1, 1], [1, 1]),
+            )
+        }),
+        &leaves(1711, &[&[1, 8, 9]]),
+    );
+}
+
+#[test]
+fn ctc_loss() {
+    // log_probs [T=5, N=2, C=4] from a log_softmax of the leaf; a repeated label in the
+    // second target and a shorter second input.
+    compare(
+        "ctc_loss",
+        &program!(|B, x| {
+            B::ctc_loss(
+                B::log_softmax(x[0].clone(), 2),
+                ints::<B>(vec![1, 2, 3, 3], &[2, 2]),
+                ints::<B>(vec![5, 4], &[2]),
+                ints::<B>(vec![2, 2], &[2]),
+                0,
+            )
+        }),
+        &leaves(1720, &[&[5, 2, 4]]),
     );
 }
