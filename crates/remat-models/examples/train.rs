@@ -427,19 +427,9 @@ fn step(
 // ---------------------------------------------------------------------------------------
 // Output helpers.
 
+/// Bytes in binary units, as remat's own reports print them.
 fn human(bytes: f64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{value:.0} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+    remat::stats::format_bytes(bytes.max(0.0) as u64)
 }
 
 fn millis(d: Duration) -> String {

@@ -152,12 +152,12 @@ impl fmt::Display for SavedValues {
                 v.op,
                 shape,
                 dtype,
-                human(v.bytes),
+                format_bytes(v.bytes),
                 v.reason
             )?;
             total += v.bytes;
         }
-        write!(f, "{} values, {}", self.0.len(), human(total))
+        write!(f, "{} values, {}", self.0.len(), format_bytes(total))
     }
 }
 
@@ -263,13 +263,13 @@ impl fmt::Display for Stats {
         writeln!(
             f,
             "kept now: {} (peak {}), leaves held: {}",
-            human(self.live_bytes),
-            human(self.peak_bytes),
-            human(self.leaf_bytes)
+            format_bytes(self.live_bytes),
+            format_bytes(self.peak_bytes),
+            format_bytes(self.leaf_bytes)
         )?;
         for (reason, count) in &self.kept_by_reason {
             let bytes = self.bytes_by_reason.get(reason).copied().unwrap_or(0);
-            writeln!(f, "  {reason:?}: {count} values, {}", human(bytes))?;
+            writeln!(f, "  {reason:?}: {count} values, {}", format_bytes(bytes))?;
         }
         write!(f, "replays: {}", self.replays)?;
         for (op, n) in &self.replays_by_op {
@@ -279,8 +279,8 @@ impl fmt::Display for Stats {
     }
 }
 
-/// Formats a byte count with a binary unit.
-pub(crate) fn human(bytes: u64) -> String {
+/// Formats a byte count with a binary unit (`512 B`, `1.5 MiB`), as the reports do.
+pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
