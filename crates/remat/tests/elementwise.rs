@@ -38,7 +38,9 @@ fn unary_rules() {
             A::float_powf_scalar(t, Scalar::Float(2.5))
         }),
         ("powi_scalar 3", |t| A::float_powi_scalar(t, Scalar::Int(3))),
-        ("powi_scalar -2", |t| A::float_powi_scalar(t, Scalar::Int(-2))),
+        ("powi_scalar -2", |t| {
+            A::float_powi_scalar(t, Scalar::Int(-2))
+        }),
         ("powi_scalar 0", |t| A::float_powi_scalar(t, Scalar::Int(0))),
         ("add_scalar", |t| A::float_add_scalar(t, Scalar::Float(2.5))),
         ("sub_scalar", |t| A::float_sub_scalar(t, Scalar::Float(2.5))),

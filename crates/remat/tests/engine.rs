@@ -348,7 +348,10 @@ fn distributed_parameters_are_marked_and_survive_detach() {
     assert!(A::is_distributed(&w));
     assert_eq!(A::distributed_params(&w).map(|p| p.param_id), Some(id));
     let detached = A::float_detach(w.clone());
-    assert_eq!(A::distributed_params(&detached).map(|p| p.param_id), Some(id));
+    assert_eq!(
+        A::distributed_params(&detached).map(|p| p.param_id),
+        Some(id)
+    );
     // An untracked tensor has no gradient to synchronise: it stays unmarked and untracked.
     let c = A::set_distributed_params(tensor(vec![1.0], &[1]), id);
     assert!(!A::is_distributed(&c) && !c.is_tracked());
@@ -367,7 +370,10 @@ fn a_region_that_returns_a_captured_tensor_unchanged_is_harmless() {
     let same = remat::checkpoint(|| h.clone());
     let y = A::float_mul(same, h);
     let g = A::backward(y);
-    let expected: Vec<f64> = [0.5f64, 1.0].iter().map(|v| 2.0 * (2.0 * v).exp()).collect();
+    let expected: Vec<f64> = [0.5f64, 1.0]
+        .iter()
+        .map(|v| 2.0 * (2.0 * v).exp())
+        .collect();
     for (a, b) in values(A::grad(&x, &g).unwrap()).iter().zip(expected) {
         assert!((a - b).abs() < 1e-9);
     }
