@@ -7,6 +7,8 @@
 //! - the saved-value counters return to where they were (nothing leaks).
 #![allow(dead_code)]
 
+pub mod counting;
+
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps};
 use burn_flex::Flex;

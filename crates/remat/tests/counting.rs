@@ -1,0 +1,103 @@
+//! Exact replay counts, measured below remat: `Autodiff<Counting<Flex>>` counts every call
+//! that reaches the inner backend (forward, replays and backward rules together), per thread.
+
+mod support;
+
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{AutodiffBackend, TensorData};
+use burn_flex::Flex;
+use remat::{Autodiff, Policy};
+use support::counting::{Counting, calls, reset_calls};
+
+type C = Autodiff<Counting<Flex>>;
+type T = FloatTensor<C>;
+
+fn leaf(values: &[f32]) -> T {
+    let x = C::float_from_data(
+        TensorData::new(values.to_vec(), [values.len()]),
+        &Default::default(),
+    );
+    C::float_set_require_grad(x, true)
+}
+
+#[test]
+fn a_region_of_k_cheap_ops_replays_each_exactly_once() {
+    let k = 9;
+    let tanh_chain = |x: T| (0..k).fold(x, |y, _| C::float_tanh(y));
+    // In the region, the last tanh's output is used after the region (by the mul): it is the
+    // region's output and is kept; the k - 1 values inside are rebuilt, once each.
+    for (label, regions, replays) in [("SaveAll", false, 0), ("region", true, k - 1)] {
+        let x = leaf(&[0.1, 0.2, 0.3]);
+        reset_calls();
+        let y = if regions {
+            remat::checkpoint(|| tanh_chain(x.clone()))
+        } else {
+            remat::with_policy(Policy::SaveAll, || tanh_chain(x.clone()))
+        };
+        assert_eq!(calls("float_tanh"), k as u64, "{label}: forward");
+        let grads = C::backward(C::float_mul(y.clone(), y));
+        assert!(C::grad(&x, &grads).is_some());
+        // tanh's backward reads its output and calls no tanh: every further call is a replay.
+        assert_eq!(
+            calls("float_tanh"),
+            (k + replays) as u64,
+            "{label}: forward + replays"
+        );
+    }
+}
+
+#[test]
+fn recompute_all_replays_a_chain_linearly() {
+    let n = 400;
+    let x = leaf(&[0.25, 0.5]);
+    reset_calls();
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        (0..n).fold(x.clone(), |y, i| {
+            if i % 2 == 0 {
+                C::float_sin(y)
+            } else {
+                C::float_mul_scalar(y, burn_std::Scalar::Float(1.5))
+            }
+        })
+    });
+    assert_eq!(calls("float_sin"), n / 2);
+    let grads = C::backward(y);
+    assert!(C::grad(&x, &grads).is_some());
+    // Every sin output but the last is rebuilt exactly once (the last one is never read);
+    // sin's backward calls cos, not sin. Quadratic recomputation would be ~n^2/8 calls.
+    assert_eq!(calls("float_sin"), n / 2 + (n / 2 - 1));
+    assert_eq!(calls("float_cos"), n / 2);
+}
+
+#[test]
+fn a_chain_of_diamonds_replays_linearly() {
+    let n = 1000u64;
+    let x = leaf(&[0.25, 0.5]);
+    reset_calls();
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        (0..n).fold(x.clone(), |y, _| {
+            C::float_mul(C::float_sin(y.clone()), C::float_cos(y))
+        })
+    });
+    let grads = C::backward(y);
+    assert!(C::grad(&x, &grads).is_some());
+    // Per diamond: one sin and one cos in forward, one of each in the rules (d sin = cos,
+    // d cos = -sin), and at most one replay of each; muls: one in forward, two in its rule,
+    // one in each of sin's and cos's rules, at most one replay.
+    assert!(
+        calls("float_sin") <= 3 * n,
+        "sin calls: {}",
+        calls("float_sin")
+    );
+    assert!(
+        calls("float_cos") <= 3 * n,
+        "cos calls: {}",
+        calls("float_cos")
+    );
+    assert!(
+        calls("float_mul") <= 6 * n,
+        "mul calls: {}",
+        calls("float_mul")
+    );
+}
