@@ -84,9 +84,4 @@ impl Gradients {
             .get_mut(&id)
             .and_then(|g| g.downcast_mut::<FloatTensor<B>>())
     }
-
-    /// Takes the gradient of an intermediate node for its backward step.
-    pub(crate) fn take<B: Backend>(&mut self, id: NodeId) -> Option<FloatTensor<B>> {
-        self.remove::<B>(id)
-    }
 }

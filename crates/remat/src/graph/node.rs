@@ -424,7 +424,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let Some(op) = op else {
             return;
         };
-        let grad = grads.take::<B>(self.id);
+        let grad = grads.remove::<B>(self.id);
         let mut cx = Vjp::new(self, &op.inputs, op.reads, grads);
         if let Some(grad) = grad {
             op.rule.vjp(&mut cx, grad);
