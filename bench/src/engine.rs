@@ -42,6 +42,23 @@ impl Engine {
         Engine::RematRegions,
     ];
 
+    /// The short name `--engines` takes.
+    pub fn short(self) -> &'static str {
+        match self {
+            Engine::BurnNone => "burn",
+            Engine::BurnBalanced => "burn-balanced",
+            Engine::RematSaveAll => "saveall",
+            Engine::RematBalanced => "balanced",
+            Engine::RematRecomputeAll => "recomputeall",
+            Engine::RematRegions => "regions",
+        }
+    }
+
+    /// Parses a short name.
+    pub fn parse(name: &str) -> Option<Engine> {
+        Engine::ALL.into_iter().find(|e| e.short() == name)
+    }
+
     /// `burn` or `remat`.
     pub fn engine(self) -> &'static str {
         match self {

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --manifest-path bench/Cargo.toml -- [flags]
 //!   --models mlp,transformer,convnet   --backends flex,ndarray
+//!   --engines burn,burn-balanced,saveall,balanced,recomputeall,regions (default: all)
 //!   --steps N (timed steps, default 5)  --warmup N (default 1)
 //!   --batch N | --batch mlp=128,transformer=2 --layers N (override every model)  --seq N (transformer)
 //!   --conv-batch-ndarray N (convnet batch on NdArray, default 2: its conv backward is slow)
@@ -39,6 +40,7 @@ static GLOBAL: alloc::Counting = alloc::Counting;
 
 struct Opts {
     models: Vec<Kind>,
+    engines: Vec<Engine>,
     backends: Vec<String>,
     steps: usize,
     warmup: usize,
@@ -57,6 +59,7 @@ struct Opts {
 fn parse_args() -> Result<Opts, String> {
     let mut opts = Opts {
         models: vec![Kind::Mlp, Kind::Transformer, Kind::Convnet],
+        engines: Engine::ALL.to_vec(),
         backends: vec!["flex".into(), "ndarray".into()],
         steps: 5,
         warmup: 1,
@@ -85,6 +88,13 @@ fn parse_args() -> Result<Opts, String> {
                 opts.models = list
                     .split(',')
                     .map(|m| Kind::parse(m).ok_or(format!("unknown model {m}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--engines" => {
+                let list = args.next().ok_or("--engines needs a value")?;
+                opts.engines = list
+                    .split(',')
+                    .map(|e| Engine::parse(e).ok_or(format!("unknown engine {e}")))
                     .collect::<Result<_, _>>()?;
             }
             "--backends" => {
@@ -176,7 +186,8 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> ModelRun {
     let description = config.describe();
     eprintln!("== {} on {backend}: {description}", kind.name());
     let spec = Arc::new(Spec::new(config.clone()));
-    let mut runners: Vec<(Engine, Runner)> = Engine::ALL
+    let mut runners: Vec<(Engine, Runner)> = opts
+        .engines
         .iter()
         .map(|&e| (e, make_runner(backend, e, spec.clone())))
         .collect();

@@ -10,6 +10,9 @@
 //! Missing reference files fail the test when `REMAT_REQUIRE_ORACLE` is set (CI), and skip
 //! it with a message otherwise.
 
+// Comparisons are written `!(x <= tol)` on purpose: a NaN must count as a failure.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 use burn::tensor::Device;
 use remat_models::programs::{self, Named, TrainReport};
 
@@ -127,4 +130,29 @@ fn transformer_matches_burn() {
 #[test]
 fn lstm_matches_burn() {
     check("lstm", programs::lstm::run);
+}
+
+#[test]
+fn conv1d_matches_burn() {
+    check("conv1d", programs::conv1d::run);
+}
+
+#[test]
+fn recurrent_matches_burn() {
+    check("recurrent", programs::recurrent::run);
+}
+
+#[test]
+fn decoder_matches_burn() {
+    check("decoder", programs::decoder::run);
+}
+
+#[test]
+fn vision_matches_burn() {
+    check("vision", programs::vision::run);
+}
+
+#[test]
+fn losses_matches_burn() {
+    check("losses", programs::losses::run);
 }

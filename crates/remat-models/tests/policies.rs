@@ -389,3 +389,37 @@ fn mlp_policies_and_regions_are_bit_identical() {
 fn transformer_policies_and_regions_are_bit_identical() {
     check::<Encoder>("transformer");
 }
+
+/// Every model program (the ones compared with Burn in `oracle_parity`: MLP, CNN with
+/// BatchNorm, transformer encoder and decoder with dropout, LSTM, GRU + BiLSTM, 1-D and 2-D
+/// convolution zoos, the loss functions) trains 20 steps to bit-identical losses, gradients
+/// and parameters under every policy (remat's own check that every pass drains runs after
+/// each backward in this debug build; `stats()` is process-wide, so it is not read here,
+/// concurrently with the other tests).
+#[test]
+fn every_program_is_bit_identical_under_every_policy() {
+    let device = Device::flex().autodiff();
+    for (name, program) in programs::all() {
+        let reference = remat::with_policy(Policy::SaveAll, || program(&device));
+        for policy in policies().into_iter().skip(1) {
+            let what = format!("{name} under {policy:?}");
+            let report = remat::with_policy(policy, || program(&device));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&report.losses),
+                bits(&reference.losses),
+                "{what}: losses"
+            );
+            assert_bit_identical(
+                &format!("{what}: step-1 gradients"),
+                &reference.grads,
+                &report.grads,
+            );
+            assert_bit_identical(
+                &format!("{what}: final parameters"),
+                &reference.params,
+                &report.params,
+            );
+        }
+    }
+}

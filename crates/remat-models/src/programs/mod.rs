@@ -10,9 +10,14 @@
 //!   initialisation and dropout consume random numbers, in the same order on both engines.
 
 pub mod cnn;
+pub mod conv1d;
+pub mod decoder;
+pub mod losses;
 pub mod lstm;
 pub mod mlp;
+pub mod recurrent;
 pub mod transformer;
+pub mod vision;
 
 use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
@@ -57,6 +62,11 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("cnn", cnn::run as Program),
         ("transformer", transformer::run as Program),
         ("lstm", lstm::run as Program),
+        ("conv1d", conv1d::run as Program),
+        ("recurrent", recurrent::run as Program),
+        ("decoder", decoder::run as Program),
+        ("vision", vision::run as Program),
+        ("losses", losses::run as Program),
     ]
 }
 
