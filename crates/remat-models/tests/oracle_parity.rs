@@ -156,3 +156,13 @@ fn vision_matches_burn() {
 fn losses_matches_burn() {
     check("losses", programs::losses::run);
 }
+
+#[test]
+fn lora_matches_burn() {
+    check("lora", programs::finetune::run_lora);
+}
+
+#[test]
+fn qlora_matches_burn() {
+    check("qlora", programs::finetune::run_qlora);
+}

@@ -12,6 +12,7 @@
 pub mod cnn;
 pub mod conv1d;
 pub mod decoder;
+pub mod finetune;
 pub mod losses;
 pub mod lstm;
 pub mod mlp;
@@ -24,7 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 
 /// Number of optimizer steps every program runs.
 pub const STEPS: usize = 20;
@@ -67,6 +68,8 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("decoder", decoder::run as Program),
         ("vision", vision::run as Program),
         ("losses", losses::run as Program),
+        ("lora", finetune::run_lora as Program),
+        ("qlora", finetune::run_qlora as Program),
     ]
 }
 
@@ -136,6 +139,12 @@ impl ModuleVisitor for Collect<'_> {
                 None => return,
             },
             None => param.val(),
+        };
+        // A quantized base weight (QLoRA) is read back through its float value.
+        let tensor = if matches!(tensor.dtype(), DType::QFloat(_)) {
+            tensor.dequantize()
+        } else {
+            tensor
         };
         let values = tensor
             .into_data()
