@@ -393,7 +393,7 @@ fn transformer_policies_and_regions_are_bit_identical() {
 /// Every model program (the ones compared with Burn in `oracle_parity`: MLP, CNN with
 /// BatchNorm, transformer encoder and decoder with dropout, LSTM, GRU + BiLSTM, 1-D and 2-D
 /// convolution zoos, the loss functions) trains 20 steps to bit-identical losses, gradients
-/// and parameters under every policy (remat's own check that every pass drains runs after
+/// and parameters under every policy and on a gradient-checkpointing device (remat's own check that every pass drains runs after
 /// each backward in this debug build; `stats()` is process-wide, so it is not read here,
 /// concurrently with the other tests).
 #[test]
@@ -421,5 +421,25 @@ fn every_program_is_bit_identical_under_every_policy() {
                 &report.params,
             );
         }
+        // Burn's own switch: a gradient-checkpointing device (BalancedCheckpointing, which
+        // follows the process-wide policy, `Balanced` unless set).
+        let what = format!("{name} on a gradient-checkpointing device");
+        let report = program(&Device::flex().autodiff().gradient_checkpointing());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&report.losses),
+            bits(&reference.losses),
+            "{what}: losses"
+        );
+        assert_bit_identical(
+            &format!("{what}: step-1 gradients"),
+            &reference.grads,
+            &report.grads,
+        );
+        assert_bit_identical(
+            &format!("{what}: final parameters"),
+            &reference.params,
+            &report.params,
+        );
     }
 }
