@@ -343,3 +343,27 @@ fn remainder_against_finite_differences() {
         1e-6,
     );
 }
+
+/// Mixed precision: f32 leaves computed in f16 (element-wise, a matmul, a reduction) and cast
+/// back; gradients reach the leaves in f32 through the cast rule. Over Flex (NdArray has no
+/// f16 kernels); the f16 arithmetic is identical on both engines.
+#[test]
+fn mixed_precision_f16() {
+    let leaves = [
+        Leaf::synthetic(&[3, 4], 900, 0.0),
+        Leaf::synthetic(&[4, 2], 901, 0.0),
+    ];
+    compare_on::<Flex>(
+        "f16 compute",
+        &program!(|B, x| {
+            let a = B::float_cast(x[0].clone(), FloatDType::F16);
+            let b = B::float_cast(x[1].clone(), FloatDType::F16);
+            let h = B::float_mul(B::float_exp(a.clone()), a);
+            let h = B::float_matmul(h, b);
+            let h = B::float_add(h.clone(), B::float_sum_dim(B::float_tanh(h), 1));
+            B::float_cast(h, FloatDType::F32)
+        }),
+        &leaves,
+        1e-3,
+    );
+}

@@ -400,3 +400,101 @@ fn a_kept_view_of_a_parameter_counts_with_the_leaves() {
     drop(y);
     assert_eq!(remat::stats().leaf_bytes, before.leaf_bytes);
 }
+
+/// Graphs recorded and differentiated on several threads at once, all reading one shared
+/// parameter (a data-parallel step): every thread gets its own exact gradient, under SaveAll
+/// and RecomputeAll (policies are per thread inside `with_policy`), and a graph recorded on
+/// one thread can run backward on another.
+#[test]
+fn graphs_on_several_threads_share_a_parameter() {
+    let _s = serial();
+    let w = leaf(vec![0.25, -0.5, 0.75], &[3]);
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                let c = 1.0 + t as f64;
+                let policy = if t % 2 == 0 {
+                    Policy::SaveAll
+                } else {
+                    Policy::RecomputeAll
+                };
+                let mut last = Vec::new();
+                for _ in 0..20 {
+                    // y = sum(exp(c * w) * w): dy/dw = exp(c w) (c w + 1).
+                    let y = remat::with_policy(policy.clone(), || {
+                        let e = A::float_exp(A::float_mul_scalar(
+                            w.clone(),
+                            burn_std::Scalar::Float(c),
+                        ));
+                        A::float_sum(A::float_mul(e, w.clone()))
+                    });
+                    let grads = A::backward(y);
+                    last = values(A::grad(&w, &grads).expect("gradient of the shared leaf"));
+                }
+                (c, last)
+            })
+        })
+        .collect();
+    for handle in handles {
+        let (c, got) = handle.join().expect("thread");
+        for (g, w) in got.iter().zip([0.25f64, -0.5, 0.75]) {
+            let want = (c * w).exp() * (c * w + 1.0);
+            assert!((g - want).abs() < 1e-12, "c = {c}: {g} vs {want}");
+        }
+    }
+    // Recorded here, differentiated on another thread.
+    let y = A::float_sum(A::float_mul(w.clone(), w.clone()));
+    let grad = std::thread::spawn(move || {
+        let grads = A::backward(y);
+        values(A::grad(&w, &grads).unwrap())
+    })
+    .join()
+    .expect("thread");
+    assert_eq!(grad, vec![0.5, -1.0, 1.5]);
+}
+
+/// Mixed precision: an f32 leaf cast to f16 for the computation and back. The gradient
+/// reaches the leaf in f32 (Burn's cast rule casts it back), and an f16 leaf gets an f16
+/// gradient; every policy gives the same bits.
+#[test]
+fn mixed_precision_gradients_keep_the_leaf_dtype() {
+    use burn_std::{DType, FloatDType};
+    let _s = serial();
+    let run = |policy: Policy, dtype: FloatDType| {
+        remat::with_policy(policy, || {
+            let x = A::float_from_data(
+                burn_backend::TensorData::new(vec![0.5f32, -1.0, 1.5, 2.0], vec![4]),
+                &Default::default(),
+            );
+            let x = A::float_set_require_grad(A::float_cast(x, dtype), true);
+            let h = A::float_cast(x.clone(), FloatDType::F16);
+            let h = A::float_mul(A::float_exp(h.clone()), h);
+            let y = A::float_sum(A::float_cast(h, FloatDType::F32));
+            let grads = A::backward(y);
+            let g = A::grad(&x, &grads).expect("gradient");
+            let dtype = g.dtype();
+            (dtype, values(g))
+        })
+    };
+    for (leaf_dtype, want_dtype) in [(FloatDType::F32, DType::F32), (FloatDType::F16, DType::F16)] {
+        let (dtype, reference) = run(Policy::SaveAll, leaf_dtype);
+        assert_eq!(dtype, want_dtype, "gradient dtype of a {leaf_dtype:?} leaf");
+        for (g, x) in reference.iter().zip([0.5f64, -1.0, 1.5, 2.0]) {
+            let want = x.exp() * (x + 1.0);
+            assert!(
+                (g - want).abs() <= 1e-2 * want.abs().max(1.0),
+                "{leaf_dtype:?}: {g} vs {want}"
+            );
+        }
+        for policy in [Policy::Balanced, Policy::RecomputeAll] {
+            let (_, got) = run(policy.clone(), leaf_dtype);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&reference),
+                "{leaf_dtype:?} under {policy:?}"
+            );
+        }
+    }
+}
