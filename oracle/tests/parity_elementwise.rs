@@ -251,12 +251,12 @@ fn clamp_family() {
     compare(
         "clamp",
         &program!(|B, x| B::float_clamp(lhs::<B>(x), s(-0.5), s(0.6))),
-        &[leaf.clone()],
+        std::slice::from_ref(&leaf),
     );
     compare(
         "clamp_min",
         &program!(|B, x| B::float_clamp_min(lhs::<B>(x), s(-0.4))),
-        &[leaf.clone()],
+        std::slice::from_ref(&leaf),
     );
     compare(
         "clamp_max",

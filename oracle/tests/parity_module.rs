@@ -271,7 +271,7 @@ fn grid_sample_2d() {
     ] {
         for align_corners in [true, false] {
             let mut options = GridSampleOptions::new(InterpolateMode::Bilinear)
-                .with_padding_mode(padding.clone());
+                .with_padding_mode(padding);
             options.align_corners = align_corners;
             compare(
                 &format!("grid_sample_2d bilinear {name} align={align_corners}"),
