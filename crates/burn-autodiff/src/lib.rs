@@ -42,6 +42,27 @@ pub mod checkpoint {
             BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
         };
     }
+
+    /// What a custom op's backward reads its checkpointed values from.
+    pub mod base {
+        pub use remat::ops::custom::Checkpointer;
+    }
+
+    /// Retro-forwards of memory-bound custom ops (accepted; remat keeps their outputs).
+    pub mod retro_forward {
+        pub use remat::ops::custom::RetroForward;
+    }
+
+    /// The values a retro-forward reads and writes.
+    pub mod state {
+        pub use remat::ops::custom::BackwardStates;
+    }
+}
+
+/// Graph nodes as custom ops' backward steps see them.
+pub mod graph {
+    pub use remat::NodeId;
+    pub use remat::ops::custom::{Node, NodeRef, Requirement};
 }
 
 /// The gradients container returned by backward, under Burn's path `burn_autodiff::grads`.
@@ -52,4 +73,8 @@ pub mod grads {
 /// Operations, under Burn's path `burn_autodiff::ops`.
 pub mod ops {
     pub use remat::ops::DifferentiableTransfer;
+    pub use remat::ops::custom::{
+        Backward, ComputePropertyDone, Init, MemoryBound, MemoryBoundRetroForward, NodeGuard, Ops,
+        OpsKind, OpsPrep, Tracked, UnTracked, binary, broadcast_shape, unary,
+    };
 }

@@ -28,7 +28,8 @@ pub struct NodeId(u64);
 
 impl NodeId {
     /// A fresh id, never handed out before in this process.
-    pub(crate) fn new() -> Self {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
         static COUNTER: AtomicU64 = AtomicU64::new(1);
         Self(COUNTER.fetch_add(1, Ordering::Relaxed))
     }

@@ -4,12 +4,15 @@
 //! # Invariants
 //! - Rules never store tensors they read in backward: saved values go through the engine
 //!   (slots and held edges), so that policies can drop and rebuild them.
+//! - [`custom`] is the exception that proves the rule: Burn's API for ops with a hand-written
+//!   backward, whose rule wraps the user's code and is never replayed.
 
 pub(crate) mod activation;
 pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod common;
 pub(crate) mod conv;
+pub mod custom;
 pub(crate) mod index;
 pub(crate) mod linalg;
 pub(crate) mod module;

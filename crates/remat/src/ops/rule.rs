@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use crate::checkpoint::policy::{self, OpInfo};
 use crate::checkpoint::retrieve;
 use crate::grads::Gradients;
-use crate::graph::{GraphNode, Input, Kept, Node, NodeKind, OpState, Signature, Slot};
+use crate::graph::{GraphNode, Input, Kept, Node, NodeId, NodeKind, OpState, Signature, Slot};
 use crate::stats::KeepReason;
 use crate::tensor::AutodiffTensor;
 
@@ -167,6 +167,19 @@ impl<'a, B: Backend> Vjp<'a, B> {
         }
     }
 
+    /// The id of the node whose step this is.
+    pub(crate) fn node_id(&self) -> NodeId {
+        self.node.id
+    }
+
+    /// The id of input `i`'s node and whether it is a leaf, when it needs a gradient.
+    pub(crate) fn input_node(&self, i: usize) -> Option<(NodeId, bool)> {
+        self.inputs[i]
+            .node
+            .as_ref()
+            .map(|n| (n.id, n.kind == NodeKind::Leaf))
+    }
+
     /// The gradients container, for rules whose parents live on another backend.
     pub(crate) fn grads(&mut self) -> &mut Gradients {
         self.grads
@@ -240,33 +253,9 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     for (i, input) in inputs.into_iter().enumerate() {
-        let AutodiffTensor { primitive, node } = input;
         let needed = reads.has_input(i) || placement.recompute;
-        let mut held = None;
-        match &node {
-            Some(parent) if parent.kind == NodeKind::Op => {
-                if needed {
-                    let rebuildable = parent.placement.recompute
-                        && policy::region_active(parent.placement.region);
-                    parent.require_value(&primitive, rebuildable);
-                }
-            }
-            Some(_leaf) => {
-                if needed {
-                    held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, info.name));
-                }
-            }
-            None => {
-                if needed {
-                    held = Some(Kept::new(
-                        primitive.clone(),
-                        KeepReason::Constant,
-                        info.name,
-                    ));
-                }
-            }
-        }
-        edges.push(Input { node, held });
+        let (edge, primitive) = edge(input, needed, info.name);
+        edges.push(edge);
         values.push(primitive);
     }
 
@@ -277,6 +266,42 @@ fn record_impl<B: Backend, R: Rule<B>>(
         }
         None => rule.forward(values),
     };
+    finish_node(rule, info, placement, edges, reads, output)
+}
+
+/// The edge from an op to one of its inputs. When the backward step (or a replay) will read
+/// the input's value, it is kept: by the producing node (which may rebuild it instead), or
+/// held by the edge for leaves and untracked values.
+fn edge<B: Backend>(
+    input: AutodiffTensor<B>,
+    needed: bool,
+    op: &'static str,
+) -> (Input<B>, FloatTensor<B>) {
+    let AutodiffTensor { primitive, node } = input;
+    let mut held = None;
+    if needed {
+        match &node {
+            Some(parent) if parent.kind == NodeKind::Op => {
+                let rebuildable =
+                    parent.placement.recompute && policy::region_active(parent.placement.region);
+                parent.require_value(&primitive, rebuildable);
+            }
+            Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
+            None => held = Some(Kept::new(primitive.clone(), KeepReason::Constant, op)),
+        }
+    }
+    (Input { node, held }, primitive)
+}
+
+/// Creates the node of a recorded op from its edges and output.
+fn finish_node<B: Backend, R: Rule<B>>(
+    rule: R,
+    info: OpInfo,
+    placement: policy::Placement,
+    edges: SmallVec<[Input<B>; 2]>,
+    reads: Reads,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
     let slot = if !reads.output {
         Slot::Unneeded
     } else if placement.recompute {
@@ -294,4 +319,48 @@ fn record_impl<B: Backend, R: Rule<B>>(
         primitive: output,
         node: Some(node),
     }
+}
+
+/// One input of a custom op (Burn's `Backward` API, [`crate::ops::custom`]).
+pub(crate) enum CustomInput<B: BackendTypes> {
+    /// A parent: its gradient comes from the op's backward, its value is not read.
+    Parent(Option<Arc<Node<B>>>),
+    /// A checkpointed tensor: its value is read by the op's backward.
+    Read(AutodiffTensor<B>),
+}
+
+/// Records a custom op whose output the caller computed: `rule` must not be replayable (its
+/// forward is the caller's code, which remat cannot run again), so the values it reads and
+/// its output (when a later op reads it) are kept. Untracked when no parent is tracked.
+pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: Vec<CustomInput<B>>,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    debug_assert!(
+        !rule.replayable(),
+        "remat internal error: custom ops are not replayable"
+    );
+    let mut mask = 0u32;
+    for (i, input) in inputs.iter().enumerate() {
+        if let CustomInput::Parent(Some(_)) = input {
+            mask |= 1 << i;
+        }
+    }
+    if mask == 0 {
+        return AutodiffTensor::new(output);
+    }
+    let info = rule.info();
+    let placement = policy::place(&info, false, balanced);
+    let reads = rule.reads(Tracked(mask));
+    let edges = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, input)| match input {
+            CustomInput::Parent(node) => Input { node, held: None },
+            CustomInput::Read(tensor) => edge(tensor, reads.has_input(i), info.name).0,
+        })
+        .collect();
+    finish_node(rule, info, placement, edges, reads, output)
 }
