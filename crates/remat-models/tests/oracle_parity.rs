@@ -166,3 +166,8 @@ fn lora_matches_burn() {
 fn qlora_matches_burn() {
     check("qlora", programs::finetune::run_qlora);
 }
+
+#[test]
+fn spectral_matches_burn() {
+    check("spectral", programs::spectral::run);
+}

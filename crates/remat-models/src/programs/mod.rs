@@ -17,6 +17,7 @@ pub mod losses;
 pub mod lstm;
 pub mod mlp;
 pub mod recurrent;
+pub mod spectral;
 pub mod transformer;
 pub mod vision;
 
@@ -70,6 +71,7 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("losses", losses::run as Program),
         ("lora", finetune::run_lora as Program),
         ("qlora", finetune::run_qlora as Program),
+        ("spectral", spectral::run as Program),
     ]
 }
 
