@@ -498,3 +498,45 @@ fn mixed_precision_gradients_keep_the_leaf_dtype() {
         }
     }
 }
+
+/// Balanced rebuilds cheap outputs to save their bytes, but not when the rebuild would keep
+/// as many other bytes (NOTE [thrifty-balanced]): after a matmul, `add bias -> exp` keeps
+/// what SaveAll keeps with no replay, and `add bias -> gelu` keeps the gelu input (which
+/// gelu's backward reads anyway) and replays only the gelu.
+#[test]
+fn balanced_keeps_a_cheap_output_when_a_rebuild_would_keep_as_much() {
+    use burn_backend::ops::ActivationOps;
+    let _s = serial();
+    let mut rng = Rng::new(77);
+    let w = leaf(rng.vec(64), &[8, 8]);
+    let b = leaf(rng.vec(8), &[1, 8]);
+    let w2 = leaf(rng.vec(16), &[8, 2]);
+    let x = tensor(rng.vec(32), &[4, 8]);
+    let value_bytes = 4 * 8 * 8;
+    let run = |policy: Policy, gelu: bool| {
+        remat::with_policy(policy, || {
+            remat::reset_stats();
+            let before = remat::stats().live_bytes;
+            let a = A::float_add(A::float_matmul(x.clone(), w.clone()), b.clone());
+            let g = if gelu { A::gelu(a) } else { A::float_exp(a) };
+            let y = A::float_sum(A::float_matmul(g, w2.clone()));
+            let kept = remat::stats().live_bytes - before;
+            let grads = A::backward(y);
+            let grad = values(A::grad(&w, &grads).unwrap());
+            (kept, remat::stats().replays, grad)
+        })
+    };
+    for gelu in [false, true] {
+        let (kept_all, replays_all, grad_all) = run(Policy::SaveAll, gelu);
+        let (kept, replays, grad) = run(Policy::Balanced, gelu);
+        assert_eq!(replays_all, 0);
+        assert_eq!(grad, grad_all, "gelu: {gelu}");
+        if gelu {
+            assert_eq!(replays, 1, "only the gelu is replayed");
+            assert_eq!(kept, kept_all - value_bytes, "the gelu output is not kept");
+        } else {
+            assert_eq!(replays, 0, "nothing to gain from a replay");
+            assert_eq!(kept, kept_all);
+        }
+    }
+}

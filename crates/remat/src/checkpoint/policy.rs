@@ -196,6 +196,10 @@ pub(crate) struct Placement {
     /// leaves' memory, which is the user's, so it is counted with the leaves.
     pub(crate) leaf_view: bool,
     pub(crate) region: u64,
+    /// The recompute decision came from [`Policy::Balanced`], which also weighs bytes: the
+    /// output is kept after all when rebuilding it would keep as many new bytes (NOTE
+    /// [thrifty-balanced] in `ops/rule.rs`).
+    pub(crate) thrifty: bool,
 }
 
 /// Decides, at record time, whether an op's output is rebuilt rather than kept.
@@ -210,25 +214,32 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
                 recompute: false,
                 leaf_view: false,
                 region,
+                thrifty: false,
             };
         }
-        let recompute = if region != 0 {
+        let decide = |policy: &Policy| {
+            let recompute = policy.recomputes(op);
+            (recompute, recompute && matches!(policy, Policy::Balanced))
+        };
+        let (recompute, thrifty) = if region != 0 {
             // NOTE [regions]: inside a region every replayable value is rebuilt.
-            true
+            (true, false)
         } else if let Some(scoped) = cx.scoped.last() {
-            scoped.recomputes(op)
+            decide(scoped)
         } else if balanced {
-            DEFAULT_BALANCED
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .recomputes(op)
+            decide(
+                &DEFAULT_BALANCED
+                    .read()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            )
         } else {
-            false
+            (false, false)
         };
         Placement {
             recompute,
             leaf_view: false,
             region,
+            thrifty,
         }
     })
 }

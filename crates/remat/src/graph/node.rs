@@ -200,6 +200,7 @@ impl<B: Backend> Node<B> {
                 recompute: false,
                 leaf_view: false,
                 region: 0,
+                thrifty: false,
             },
             state: Mutex::new(State {
                 op: None,
@@ -239,6 +240,11 @@ impl<B: Backend> Node<B> {
     ///
     /// `rebuildable` says whether the consumer may rely on a replay of this node (its
     /// placement recomputes and its region is still open); otherwise the value is stored now.
+    /// Whether this op node's value is kept now.
+    pub(crate) fn is_stored(&self) -> bool {
+        matches!(self.lock().slot, Slot::Stored(_))
+    }
+
     pub(crate) fn require_value(&self, value: &FloatTensor<B>, rebuildable: bool) {
         let mut state = self.lock();
         match state.slot {

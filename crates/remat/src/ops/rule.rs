@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use crate::checkpoint::policy::{self, OpInfo};
@@ -249,6 +249,42 @@ fn record_impl<B: Backend, R: Rule<B>>(
             .iter()
             .all(|t| t.node.as_ref().is_some_and(|n| n.kind == NodeKind::Leaf));
     let reads = rule.reads(Tracked(mask));
+    let mut output = output;
+    if placement.thrifty {
+        // NOTE [thrifty-balanced]: Balanced rebuilds a cheap output to save its bytes, but a
+        // rebuild needs the op's inputs. Inputs kept for nothing else (an op output no step
+        // reads yet, and that cannot be rebuilt itself) would cost bytes of their own: when
+        // they cost at least the output's, keeping the output instead saves the replays at
+        // no cost in memory (e.g. conv -> relu, matmul -> add bias). Inputs the op's own
+        // backward reads are kept anyway and cost nothing here.
+        let extra: usize = inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !reads.has_input(*i))
+            .filter_map(|(_, t)| match &t.node {
+                Some(parent)
+                    if parent.kind == NodeKind::Op
+                        && !(parent.placement.recompute
+                            && policy::region_active(parent.placement.region))
+                        && !parent.is_stored() =>
+                {
+                    Some(bytes::<B>(&t.primitive))
+                }
+                _ => None,
+            })
+            .sum();
+        if extra > 0 {
+            // Every input is retained for the replay in this case: computing the output
+            // first (on clones) takes no in-place opportunity away.
+            let out = output.take().unwrap_or_else(|| {
+                rule.forward(inputs.iter().map(|t| t.primitive.clone()).collect())
+            });
+            if extra >= bytes::<B>(&out) {
+                placement.recompute = false;
+            }
+            output = Some(out);
+        }
+    }
 
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
@@ -267,6 +303,11 @@ fn record_impl<B: Backend, R: Rule<B>>(
         None => rule.forward(values),
     };
     finish_node(rule, info, placement, edges, reads, output)
+}
+
+/// Bytes of a tensor's elements.
+fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
+    tensor.shape().num_elements() * tensor.dtype().size()
 }
 
 /// The edge from an op to one of its inputs. When the backward step (or a replay) will read
