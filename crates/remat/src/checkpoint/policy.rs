@@ -97,7 +97,9 @@ pub enum Policy {
     /// Keep every value a backward step reads (Burn's `NoCheckpointing`).
     SaveAll,
     /// Burn's `BalancedCheckpointing`: rebuild the outputs of cheap and alias ops, keep the
-    /// outputs of compute-bound ops.
+    /// outputs of compute-bound ops; except that a cheap output is kept when rebuilding it
+    /// would keep at least as many bytes of inputs that nothing else keeps (a relu after a
+    /// conv): the same memory without the replays.
     #[default]
     Balanced,
     /// A user rule decides per op, from its name and cost class.
