@@ -270,8 +270,8 @@ fn grid_sample_2d() {
         ("reflection", GridSamplePaddingMode::Reflection),
     ] {
         for align_corners in [true, false] {
-            let mut options = GridSampleOptions::new(InterpolateMode::Bilinear)
-                .with_padding_mode(padding);
+            let mut options =
+                GridSampleOptions::new(InterpolateMode::Bilinear).with_padding_mode(padding);
             options.align_corners = align_corners;
             compare(
                 &format!("grid_sample_2d bilinear {name} align={align_corners}"),
