@@ -6,13 +6,10 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::AdamConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use super::{
-    LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic,
-    synthetic_labels,
-};
+use super::{LEARNING_RATE, TrainReport, synthetic, synthetic_labels};
 
 const BATCH: usize = 8;
 const CHANNELS: usize = 3;
@@ -59,11 +56,11 @@ impl Cnn {
     }
 }
 
-/// Trains the CNN for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the CNN for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(11);
-    let mut model = Cnn::new(device);
+    let model = Cnn::new(device);
     let x = Tensor::<4>::from_data(
         TensorData::new(
             synthetic(BATCH * CHANNELS * SIDE * SIDE, 3),
@@ -76,17 +73,8 @@ pub fn run(device: &Device) -> TrainReport {
         device,
     );
     let loss_fn = CrossEntropyLossConfig::new().init(device);
-    let mut optim = AdamConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = loss_fn.forward(model.forward(x.clone()), labels.clone());
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamConfig::new().init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        loss_fn.forward(model.forward(x.clone()), labels.clone())
+    })
 }

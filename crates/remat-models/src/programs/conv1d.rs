@@ -15,13 +15,13 @@ use burn::nn::{
     GroupNorm, GroupNormConfig, InstanceNorm, InstanceNormConfig, LeakyRelu, LeakyReluConfig,
     Linear, LinearConfig, PaddingConfig1d,
 };
+use burn::optim::SgdConfig;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic};
+use super::{TrainReport, synthetic};
 
 const BATCH: usize = 4;
 const CHANNELS: usize = 3;
@@ -94,11 +94,11 @@ impl SeqConv {
     }
 }
 
-/// Trains the network for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the network for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(19);
-    let mut model = SeqConv::new(device);
+    let model = SeqConv::new(device);
     let x = Tensor::<3>::from_data(
         TensorData::new(
             synthetic(BATCH * CHANNELS * LENGTH, 21),
@@ -111,7 +111,7 @@ pub fn run(device: &Device) -> TrainReport {
         device,
     );
     let loss_fn = HuberLossConfig::new(0.5).init();
-    let mut optim = SgdConfig::new()
+    let optim = SgdConfig::new()
         .with_momentum(Some(
             MomentumConfig::new()
                 .with_nesterov(true)
@@ -120,16 +120,7 @@ pub fn run(device: &Device) -> TrainReport {
         .with_weight_decay(Some(WeightDecayConfig::new(1e-3)))
         .with_gradient_clipping(Some(GradientClippingConfig::Norm(1.0)))
         .init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = loss_fn.forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(0.05, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    super::train(model, optim, 0.05, |model| {
+        loss_fn.forward(model.forward(x.clone()), y.clone(), Reduction::Mean)
+    })
 }

@@ -12,10 +12,10 @@ use burn::nn::{
     Linear, LinearConfig, PositionalEncoding, PositionalEncodingConfig, RotaryEncoding,
     RotaryEncodingConfig,
 };
-use burn::optim::{GradientsParams, RmsPropConfig};
+use burn::optim::RmsPropConfig;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 
-use super::{STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic};
+use super::{TrainReport, synthetic};
 
 const BATCH: usize = 2;
 const TARGET: usize = 5;
@@ -68,11 +68,11 @@ impl Decoder {
     }
 }
 
-/// Trains the decoder for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the decoder for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(29);
-    let mut model = Decoder::new(device);
+    let model = Decoder::new(device);
     let target = Tensor::<3>::from_data(
         TensorData::new(
             synthetic(BATCH * TARGET * D_MODEL, 30),
@@ -95,18 +95,9 @@ pub fn run(device: &Device) -> TrainReport {
         TensorData::new(synthetic(BATCH * TARGET, 32), [BATCH, TARGET, 1]),
         device,
     );
-    let mut optim = RmsPropConfig::new().with_centered(true).init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
+    let optim = RmsPropConfig::new().with_centered(true).init();
+    super::train(model, optim, 3e-3, |model| {
         let out = model.forward(target.clone(), memory.clone(), pad.clone());
-        let loss = MseLoss::new().forward(out, y.clone(), Reduction::Mean);
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(3e-3, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+        MseLoss::new().forward(out, y.clone(), Reduction::Mean)
+    })
 }

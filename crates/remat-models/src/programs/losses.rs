@@ -9,13 +9,11 @@ use burn::nn::loss::{
     SmoothL1LossConfig, SoftMarginLoss, TripletMarginLossConfig,
 };
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::{GradientsParams, SgdConfig};
+use burn::optim::SgdConfig;
 use burn::tensor::activation::{log_softmax, softmax, softplus};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use super::{
-    STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic, synthetic_labels,
-};
+use super::{TrainReport, synthetic, synthetic_labels};
 
 const BATCH: usize = 6;
 const FEATURES: usize = 8;
@@ -154,27 +152,16 @@ impl Scorer {
     }
 }
 
-/// Trains the scorer for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the scorer for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(41);
-    let mut model = Scorer::new(device);
+    let model = Scorer::new(device);
     let x = Tensor::<2>::from_data(
         TensorData::new(synthetic(BATCH * FEATURES, 40), [BATCH, FEATURES]),
         device,
     );
     let targets = Targets::new(device);
-    let mut optim = SgdConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = model.loss(x.clone(), &targets);
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(0.05, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = SgdConfig::new().init();
+    super::train(model, optim, 0.05, |model| model.loss(x.clone(), &targets))
 }

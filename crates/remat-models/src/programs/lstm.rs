@@ -3,12 +3,10 @@
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::AdamConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use super::{
-    LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic_labels,
-};
+use super::{LEARNING_RATE, TrainReport, synthetic_labels};
 
 const BATCH: usize = 4;
 const SEQ: usize = 7;
@@ -45,11 +43,11 @@ impl SeqModel {
     }
 }
 
-/// Trains the sequence model for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the sequence model for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(17);
-    let mut model = SeqModel::new(device);
+    let model = SeqModel::new(device);
     let tokens = synthetic_labels(BATCH * (SEQ + 1), VOCAB, 8);
     let mut inputs = Vec::with_capacity(BATCH * SEQ);
     let mut targets = Vec::with_capacity(BATCH * SEQ);
@@ -60,17 +58,8 @@ pub fn run(device: &Device) -> TrainReport {
     let inputs = Tensor::<2, Int>::from_data(TensorData::new(inputs, [BATCH, SEQ]), device);
     let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [BATCH * SEQ]), device);
     let loss_fn = CrossEntropyLossConfig::new().init(device);
-    let mut optim = AdamConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = loss_fn.forward(model.forward(inputs.clone()), targets.clone());
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamConfig::new().init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        loss_fn.forward(model.forward(inputs.clone()), targets.clone())
+    })
 }

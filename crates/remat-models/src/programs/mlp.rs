@@ -3,10 +3,10 @@
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Gelu, Linear, LinearConfig, Relu};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic};
+use super::{LEARNING_RATE, TrainReport, synthetic};
 
 const BATCH: usize = 32;
 const INPUT: usize = 16;
@@ -46,11 +46,11 @@ impl Mlp {
     }
 }
 
-/// Trains the MLP for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the MLP for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(7);
-    let mut model = Mlp::new(device);
+    let model = Mlp::new(device);
     let x = Tensor::<2>::from_data(
         TensorData::new(synthetic(BATCH * INPUT, 1), [BATCH, INPUT]),
         device,
@@ -59,17 +59,8 @@ pub fn run(device: &Device) -> TrainReport {
         TensorData::new(synthetic(BATCH * OUTPUT, 2), [BATCH, OUTPUT]),
         device,
     );
-    let mut optim = AdamConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamConfig::new().init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean)
+    })
 }

@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{DType, Device, Tensor};
 
 /// Number of optimizer steps every program runs.
@@ -177,6 +177,29 @@ pub fn collect_grads<M: Module>(module: &M, grads: &GradientsParams) -> Vec<Name
     };
     module.visit(&mut visitor);
     visitor.out
+}
+
+/// Trains `model` for [`STEPS`] optimizer steps at learning rate `lr`: `loss` gives the
+/// step's scalar loss. Reports every loss, the first step's gradients and the final
+/// parameters.
+pub fn train<M: Module>(
+    mut model: M,
+    mut optim: ModuleOptimizer,
+    lr: f64,
+    mut loss: impl FnMut(&M) -> Tensor<1>,
+) -> TrainReport {
+    let mut report = TrainReport::default();
+    for step in 0..STEPS {
+        let loss = loss(&model);
+        report.losses.push(scalar(&loss));
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        if step == 0 {
+            report.grads = collect_grads(&model, &grads);
+        }
+        model = optim.step(lr, model, grads);
+    }
+    report.params = collect_params(&model);
+    report
 }
 
 /// The single value of a scalar loss tensor.

@@ -7,12 +7,10 @@ use burn::nn::{
     BiLstm, BiLstmConfig, Embedding, EmbeddingConfig, Gru, GruConfig, Linear, LinearConfig,
     RmsNorm, RmsNormConfig,
 };
-use burn::optim::{AdamWConfig, GradientsParams};
+use burn::optim::AdamWConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use super::{
-    LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic_labels,
-};
+use super::{LEARNING_RATE, TrainReport, synthetic_labels};
 
 const BATCH: usize = 3;
 const SEQ: usize = 6;
@@ -59,11 +57,11 @@ impl Tagger {
     }
 }
 
-/// Trains the tagger for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the tagger for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(23);
-    let mut model = Tagger::new(device);
+    let model = Tagger::new(device);
     let tokens = Tensor::<2, Int>::from_data(
         TensorData::new(synthetic_labels(BATCH * SEQ, VOCAB, 24), [BATCH, SEQ]),
         device,
@@ -76,17 +74,8 @@ pub fn run(device: &Device) -> TrainReport {
         .with_smoothing(Some(0.1))
         .with_weights(Some(vec![1.0, 0.5, 2.0, 1.0, 1.5]))
         .init(device);
-    let mut optim = AdamWConfig::new().with_weight_decay(0.05).init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = loss_fn.forward(model.forward(tokens.clone()), tags.clone());
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamWConfig::new().with_weight_decay(0.05).init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        loss_fn.forward(model.forward(tokens.clone()), tags.clone())
+    })
 }

@@ -6,11 +6,11 @@
 use burn::module::{Module, Param};
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::AdamConfig;
 use burn::signal::{irfft, rfft};
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic};
+use super::{LEARNING_RATE, TrainReport, synthetic};
 
 const BATCH: usize = 4;
 /// Signal length (a power of two).
@@ -62,11 +62,11 @@ impl Spectral {
     }
 }
 
-/// Trains the model for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the model for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(59);
-    let mut model = Spectral::new(device);
+    let model = Spectral::new(device);
     let x = Tensor::<2>::from_data(
         TensorData::new(synthetic(BATCH * LENGTH, 92), [BATCH, LENGTH]),
         device,
@@ -75,17 +75,8 @@ pub fn run(device: &Device) -> TrainReport {
         TensorData::new(synthetic(BATCH * OUT, 93), [BATCH, OUT]),
         device,
     );
-    let mut optim = AdamConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamConfig::new().init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean)
+    })
 }

@@ -8,10 +8,10 @@ use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::AdamConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic};
+use super::{LEARNING_RATE, TrainReport, synthetic};
 
 const BATCH: usize = 4;
 const SEQ: usize = 6;
@@ -48,11 +48,11 @@ impl Transformer {
     }
 }
 
-/// Trains the transformer for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the transformer for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(13);
-    let mut model = Transformer::new(device);
+    let model = Transformer::new(device);
     let x = Tensor::<3>::from_data(
         TensorData::new(synthetic(BATCH * SEQ * D_MODEL, 5), [BATCH, SEQ, D_MODEL]),
         device,
@@ -61,17 +61,8 @@ pub fn run(device: &Device) -> TrainReport {
         TensorData::new(synthetic(BATCH * SEQ, 6), [BATCH, SEQ, 1]),
         device,
     );
-    let mut optim = AdamConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamConfig::new().init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean)
+    })
 }

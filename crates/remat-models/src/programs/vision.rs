@@ -13,13 +13,10 @@ use burn::nn::{
     Linear, LinearConfig, LocalResponseNorm, LocalResponseNormConfig, PRelu, PReluConfig,
     PaddingConfig2d, PixelUnshuffle, PixelUnshuffleConfig, Unfold4d, Unfold4dConfig,
 };
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::AdamConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use super::{
-    LEARNING_RATE, STEPS, TrainReport, collect_grads, collect_params, scalar, synthetic,
-    synthetic_labels,
-};
+use super::{LEARNING_RATE, TrainReport, synthetic, synthetic_labels};
 
 const BATCH: usize = 2;
 const CHANNELS: usize = 3;
@@ -104,11 +101,11 @@ impl Vision {
     }
 }
 
-/// Trains the network for [`STEPS`] steps on `device` (an autodiff device).
+/// Trains the network for [`STEPS`](super::STEPS) steps on `device` (an autodiff device).
 pub fn run(device: &Device) -> TrainReport {
     let _exclusive = super::exclusive();
     device.seed(37);
-    let mut model = Vision::new(device);
+    let model = Vision::new(device);
     let x = Tensor::<4>::from_data(
         TensorData::new(
             synthetic(BATCH * CHANNELS * SIDE * SIDE, 38),
@@ -124,17 +121,8 @@ pub fn run(device: &Device) -> TrainReport {
         .with_logits(true)
         .with_smoothing(Some(0.05))
         .init(device);
-    let mut optim = AdamConfig::new().init();
-    let mut report = TrainReport::default();
-    for step in 0..STEPS {
-        let loss = loss_fn.forward(model.forward(x.clone()), labels.clone());
-        report.losses.push(scalar(&loss));
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        if step == 0 {
-            report.grads = collect_grads(&model, &grads);
-        }
-        model = optim.step(LEARNING_RATE, model, grads);
-    }
-    report.params = collect_params(&model);
-    report
+    let optim = AdamConfig::new().init();
+    super::train(model, optim, LEARNING_RATE, |model| {
+        loss_fn.forward(model.forward(x.clone()), labels.clone())
+    })
 }
