@@ -435,24 +435,39 @@ impl Gradients {
     }
 }
 
-/// The values a custom op checkpointed in its forward ([`OpsPrep::checkpoint`]), handed to
-/// its backward.
+/// Values by node id, handed out by clone (tensors are reference-counted).
 #[derive(Default)]
-pub struct Checkpointer {
-    values: HashMap<NodeId, Box<dyn Any + Send>>,
+struct ValueMap(HashMap<NodeId, Box<dyn Any + Send>>);
+
+impl ValueMap {
+    fn insert<T: Send + 'static>(&mut self, id: NodeId, value: T) {
+        self.0.insert(id, Box::new(value));
+    }
+
+    fn get<T: Clone + Send + 'static>(&self, id: &NodeId) -> Option<T> {
+        self.0
+            .get(id)
+            .and_then(|value| value.downcast_ref::<T>())
+            .cloned()
+    }
 }
 
-impl core::fmt::Debug for Checkpointer {
+impl core::fmt::Debug for ValueMap {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Checkpointer")
-            .field("values", &self.values.len())
-            .finish()
+        write!(f, "{} values", self.0.len())
     }
+}
+
+/// The values a custom op checkpointed in its forward ([`OpsPrep::checkpoint`]), handed to
+/// its backward.
+#[derive(Debug, Default)]
+pub struct Checkpointer {
+    values: ValueMap,
 }
 
 impl Checkpointer {
     fn insert<T: Send + 'static>(&mut self, id: NodeId, value: T) {
-        self.values.insert(id, Box::new(value));
+        self.values.insert(id, value);
     }
 
     /// The value checkpointed under `node_id` (the id [`OpsPrep::checkpoint`] returned).
@@ -460,22 +475,18 @@ impl Checkpointer {
     /// # Panics
     /// If nothing of type `T` was checkpointed under `node_id` by this op.
     pub fn retrieve_node_output<T: Clone + Send + 'static>(&mut self, node_id: NodeId) -> T {
-        self.values
-            .get(&node_id)
-            .and_then(|value| value.downcast_ref::<T>())
-            .cloned()
-            .unwrap_or_else(|| {
-                panic!(
-                    "remat: retrieve_node_output({node_id:?}): this custom op did not \
-                     checkpoint a value of that type under that id; call \
-                     `prep.checkpoint(&tensor)` in its forward and use the id it returns"
-                )
-            })
+        self.values.get(&node_id).unwrap_or_else(|| {
+            panic!(
+                "remat: retrieve_node_output({node_id:?}): this custom op did not \
+                 checkpoint a value of that type under that id; call \
+                 `prep.checkpoint(&tensor)` in its forward and use the id it returns"
+            )
+        })
     }
 
     /// Whether nothing is checkpointed.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.values.0.is_empty()
     }
 }
 
@@ -488,17 +499,9 @@ pub trait RetroForward: core::fmt::Debug + Send + 'static {
 }
 
 /// Values by node, as a [`RetroForward`] reads and writes them.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct BackwardStates {
-    values: HashMap<NodeId, Box<dyn Any + Send>>,
-}
-
-impl core::fmt::Debug for BackwardStates {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("BackwardStates")
-            .field("values", &self.values.len())
-            .finish()
-    }
+    values: ValueMap,
 }
 
 impl BackwardStates {
@@ -509,14 +512,12 @@ impl BackwardStates {
     pub fn get_state<T: Clone + Send + 'static>(&mut self, node_id: &NodeId) -> T {
         self.values
             .get(node_id)
-            .and_then(|value| value.downcast_ref::<T>())
-            .cloned()
             .unwrap_or_else(|| panic!("remat: no state of that type saved for {node_id:?}"))
     }
 
     /// Saves `saved_output` under `node_id`.
     pub fn save<T: Clone + Send + 'static>(&mut self, node_id: NodeId, saved_output: T) {
-        self.values.insert(node_id, Box::new(saved_output));
+        self.values.insert(node_id, saved_output);
     }
 }
 
