@@ -240,6 +240,12 @@ impl<B: Backend> Node<B> {
     ///
     /// `rebuildable` says whether the consumer may rely on a replay of this node (its
     /// placement recomputes and its region is still open); otherwise the value is stored now.
+    /// Whether this op node's value may be rebuilt rather than kept: its policy said so, and
+    /// the region it was recorded in (if any) is still open (NOTE [regions]).
+    pub(crate) fn rebuildable(&self) -> bool {
+        self.placement.recompute && crate::checkpoint::policy::region_active(self.placement.region)
+    }
+
     /// Whether this op node's value is kept now.
     pub(crate) fn is_stored(&self) -> bool {
         matches!(self.lock().slot, Slot::Stored(_))

@@ -264,8 +264,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
             .filter_map(|(_, t)| match &t.node {
                 Some(parent)
                     if parent.kind == NodeKind::Op
-                        && !(parent.placement.recompute
-                            && policy::region_active(parent.placement.region))
+                        && !parent.rebuildable()
                         && !parent.is_stored() =>
                 {
                     Some(bytes::<B>(&t.primitive))
@@ -323,9 +322,7 @@ fn edge<B: Backend>(
     if needed {
         match &node {
             Some(parent) if parent.kind == NodeKind::Op => {
-                let rebuildable =
-                    parent.placement.recompute && policy::region_active(parent.placement.region);
-                parent.require_value(&primitive, rebuildable);
+                parent.require_value(&primitive, parent.rebuildable());
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
             None => held = Some(Kept::new(primitive.clone(), KeepReason::Constant, op)),
