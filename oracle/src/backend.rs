@@ -251,9 +251,27 @@ pub fn compare(name: &str, program: &impl Program, leaves: &[Leaf]) {
 
 /// [`compare`] with a given relative tolerance.
 pub fn compare_tol(name: &str, program: &impl Program, leaves: &[Leaf], rtol: f32) {
+    compare_both(name, program, leaves, rtol, None);
+}
+
+/// Over Flex (remat's strategies bit for bit) and NdArray (within `ndarray_consistency`
+/// when given).
+fn compare_both(
+    name: &str,
+    program: &impl Program,
+    leaves: &[Leaf],
+    rtol: f32,
+    ndarray_consistency: Option<f32>,
+) {
     compare_on::<burn_flex::Flex>(&format!("{name} (Flex)"), program, leaves, rtol);
     #[allow(deprecated)]
-    compare_on::<burn_ndarray::NdArray>(&format!("{name} (NdArray)"), program, leaves, rtol);
+    compare_with::<burn_ndarray::NdArray>(
+        &format!("{name} (NdArray)"),
+        program,
+        leaves,
+        rtol,
+        ndarray_consistency,
+    );
 }
 
 /// [`compare`] for a program whose NdArray backward kernel is itself not deterministic
@@ -267,15 +285,7 @@ pub fn compare_ndarray_nondeterministic(
     leaves: &[Leaf],
     rtol: f32,
 ) {
-    compare_on::<burn_flex::Flex>(&format!("{name} (Flex)"), program, leaves, rtol);
-    #[allow(deprecated)]
-    compare_with::<burn_ndarray::NdArray>(
-        &format!("{name} (NdArray)"),
-        program,
-        leaves,
-        rtol,
-        Some(rtol),
-    );
+    compare_both(name, program, leaves, rtol, Some(rtol));
 }
 
 /// [`compare`] over one inner backend.
