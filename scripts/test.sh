@@ -14,6 +14,8 @@ export REMAT_ORACLE_DIR="${REMAT_ORACLE_DIR:-$ROOT/target/oracle-reference}"
 # serde, ...) are compiled once. CI has 2 cores; two separate Burn builds would double that.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export REMAT_REQUIRE_ORACLE=1
+# A clean build gains nothing from incremental state, and it costs disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 step() {
     printf '\n==> %s\n' "$*"
@@ -25,6 +27,9 @@ fail() {
 elapsed() {
     printf '    (%ss)\n' "$((SECONDS - $1))"
 }
+
+step "disk before the build"
+df -h "$CARGO_TARGET_DIR" 2>/dev/null || df -h .
 
 start=$SECONDS
 step "oracle: reference values from Burn's own autodiff -> $REMAT_ORACLE_DIR"
@@ -43,5 +48,9 @@ start=$SECONDS
 step "main workspace: cargo test --workspace"
 cargo test --workspace || fail "the main workspace tests (cargo test --workspace)"
 elapsed "$start"
+
+step "disk after the build"
+df -h "$CARGO_TARGET_DIR"
+du -sh "$CARGO_TARGET_DIR"
 
 printf '\nAll tests passed.\n'
