@@ -201,11 +201,21 @@ pub struct Ratio {
     pub backend: String,
     /// The ratio.
     pub value: f64,
+    /// For time ratios: the lower and upper quartiles of the per-round ratios, so that a
+    /// reader can tell a difference from the noise of a shared machine.
+    #[serde(default)]
+    pub spread: Option<(f64, f64)>,
     /// Target: the ratio must be at most this.
     pub target: Option<f64>,
 }
 
 impl Ratio {
+    /// The quartiles as `[lo, hi]`, or nothing for a ratio measured once.
+    fn spread_text(&self) -> String {
+        self.spread
+            .map_or(String::new(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]"))
+    }
+
     fn verdict(&self) -> &'static str {
         match self.target {
             Some(t) if self.value <= t => "yes",
@@ -278,27 +288,43 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Median of per-round ratios of step times.
-fn time_ratio(a: &EngineRun, b: &EngineRun) -> f64 {
-    median(
-        a.times_ms
-            .iter()
-            .zip(&b.times_ms)
-            .map(|(x, y)| x / y)
-            .collect(),
-    )
+/// The `q` quantile (0..=1) of `v`, interpolated between neighbours.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let at = q * (v.len() - 1) as f64;
+    let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
+}
+
+/// Median of per-round ratios of step times, with their quartiles.
+fn time_ratio(a: &EngineRun, b: &EngineRun) -> (f64, Option<(f64, f64)>) {
+    let per_round: Vec<f64> = a
+        .times_ms
+        .iter()
+        .zip(&b.times_ms)
+        .map(|(x, y)| x / y)
+        .collect();
+    let spread = (
+        quantile(per_round.clone(), 0.25),
+        quantile(per_round.clone(), 0.75),
+    );
+    (median(per_round), Some(spread))
 }
 
 /// Every ratio the issue asks for.
 pub fn ratios(results: &Results) -> Vec<Ratio> {
     let mut out = Vec::new();
     for run in &results.runs {
-        let mut push = |what: &str, value: f64, target: Option<f64>| {
+        let mut push = |what: &str, (value, spread): (f64, Option<(f64, f64)>), target| {
             out.push(Ratio {
                 what: what.into(),
                 model: run.model.clone(),
                 backend: run.backend.clone(),
                 value,
+                spread,
                 target,
             })
         };
@@ -315,7 +341,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
             );
             push(
                 "peak bytes: remat SaveAll / Burn NoCheckpointing",
-                ours.peak_bytes as f64 / burn.peak_bytes as f64,
+                (ours.peak_bytes as f64 / burn.peak_bytes as f64, None),
                 Some(1.0),
             );
         }
@@ -327,7 +353,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
             );
             push(
                 "peak bytes: remat Balanced / Burn Balanced",
-                ours.peak_bytes as f64 / burn.peak_bytes as f64,
+                (ours.peak_bytes as f64 / burn.peak_bytes as f64, None),
                 Some(1.0),
             );
         }
@@ -339,7 +365,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
             };
             push(
                 "kept bytes: per-layer checkpoint / remat SaveAll",
-                reg.kept_bytes as f64 / all.kept_bytes as f64,
+                (reg.kept_bytes as f64 / all.kept_bytes as f64, None),
                 target,
             );
             push(
@@ -391,6 +417,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
                     model: "per-op".into(),
                     backend: backend.clone(),
                     value,
+                    spread: None,
                     target,
                 });
             }
@@ -472,11 +499,12 @@ pub fn table(results: &Results, ratios: &[Ratio]) -> String {
     for r in ratios {
         let _ = writeln!(
             s,
-            "  {:<12} {:<8} {:<58} {:>8.3}  target {:>6}  met {}",
+            "  {:<12} {:<8} {:<58} {:>8.3} {:<15} target {:>6}  met {}",
             r.model,
             r.backend,
             r.what,
             r.value,
+            r.spread_text(),
             r.target.map_or("-".into(), |t| format!("<={t}")),
             r.verdict()
         );
@@ -510,17 +538,26 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
         "- Peak: the counting global allocator's peak during the step minus live bytes before it (includes the gradients). Kept: live bytes after forward + loss minus live bytes before the step (weights and input exist before and are excluded). Both medians over steps.\n"
     );
     let _ = writeln!(s, "## Ratios vs Burn\n");
-    let _ = writeln!(s, "Time ratios are medians of per-round ratios.\n");
-    let _ = writeln!(s, "| model | backend | ratio | value | target | met |");
-    let _ = writeln!(s, "|---|---|---|---:|---:|---|");
+    let _ = writeln!(
+        s,
+        "Time ratios are medians of per-round ratios; the quartiles of the per-round ratios \
+         follow in brackets. On a machine shared with other jobs they show how much of a \
+         difference is noise: a ratio whose quartiles straddle 1.0 is no measured difference.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| model | backend | ratio | value | quartiles | target | met |"
+    );
+    let _ = writeln!(s, "|---|---|---|---:|---|---:|---|");
     for r in ratios {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.3} | {} | {} |",
+            "| {} | {} | {} | {:.3} | {} | {} | {} |",
             r.model,
             r.backend,
             r.what,
             r.value,
+            r.spread_text(),
             r.target.map_or("-".into(), |t| format!("<= {t}")),
             r.verdict()
         );
