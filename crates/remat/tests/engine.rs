@@ -540,3 +540,53 @@ fn balanced_keeps_a_cheap_output_when_a_rebuild_would_keep_as_much() {
         }
     }
 }
+
+/// Two backward passes racing on two threads through one shared recorded chain: Burn runs
+/// backward under a global lock, remat does not, so the passes must claim their nodes before
+/// they read anything (NOTE [no-retain-graph]). A pass either finishes with the exact
+/// gradient or panics with the consumed-graph message; never a silent partial gradient.
+#[test]
+fn racing_backward_passes_through_a_shared_graph_never_give_a_partial_gradient() {
+    let _s = serial();
+    let mut finished = 0;
+    let mut refused = 0;
+    for _ in 0..20 {
+        let x = leaf(vec![0.5, -0.25], &[2]);
+        // The exact answer: the same chain recorded again, differentiated alone.
+        let shared = chain::<A>(x.clone(), 400);
+        let want = {
+            let alone = chain::<A>(x.clone(), 400);
+            let grads = A::backward(A::float_sum(alone));
+            values(A::grad(&x, &grads).unwrap())
+        };
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let (x, shared, barrier) = (x.clone(), shared.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let y = A::float_sum(shared);
+                    barrier.wait();
+                    let grads = A::backward(y);
+                    A::grad(&x, &grads).map(values)
+                })
+            })
+            .collect();
+        drop(shared);
+        for handle in handles {
+            match handle.join() {
+                Ok(got) => {
+                    assert_eq!(got.as_ref(), Some(&want), "a finished pass is exact");
+                    finished += 1;
+                }
+                Err(panic) => {
+                    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+                    assert!(message.contains("consumed"), "unexpected panic: {message}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    eprintln!("racing passes: {finished} finished, {refused} refused");
+    assert_eq!(finished + refused, 40);
+    assert!(finished >= 1, "at least one pass finishes");
+}

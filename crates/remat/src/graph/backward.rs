@@ -26,6 +26,7 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
     grads.register::<B>(node.id, ones);
 
     let order = topological_order(node);
+    claim(&order);
     let distributed: Vec<_> = order.iter().filter_map(|n| n.distributed()).collect();
     let is_distributed = !distributed.is_empty();
     if is_distributed {
@@ -56,6 +57,36 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
         B::submit_sync_collective(&device);
     }
     grads
+}
+
+/// NOTE [no-retain-graph]: as in Burn, a backward pass consumes the ops it runs through: their
+/// inputs and saved values are released as it goes, so a second pass through them cannot
+/// work and panics with a message that says so. The panic comes before anything changes: the
+/// traversal (`topological_order`) only reads, and a graph whose ancestry is partly consumed
+/// is refused whole, so its fresh branches stay usable.
+///
+/// Burn serialises backward passes under one global lock; remat holds none, so two passes
+/// racing on two threads through a shared recorded op are told apart here: after the
+/// traversal, a pass claims every op node it will run (leaves are shared freely: each graph
+/// that reads a parameter has its own pass). A pass that finds a node claimed by another hands
+/// its own claims back and panics, before it has read or released anything; the other pass
+/// runs to the end with exact gradients. (When both lose a race for different nodes both
+/// panic: still no partial gradient.)
+fn claim(order: &[Arc<dyn GraphNode>]) {
+    for (k, node) in order.iter().enumerate() {
+        if !node.claim() {
+            for claimed in &order[..k] {
+                claimed.unclaim();
+            }
+            panic!(
+                "remat: backward reached {}, which another backward pass already consumed (one \
+                 running at the same time on another thread). Two backward passes cannot share \
+                 recorded ops: record the forward pass once per backward, or call backward once \
+                 on the sum of the losses.",
+                node.describe()
+            );
+        }
+    }
 }
 
 /// Every node reachable from `root`, each after all of its consumers (Kahn's algorithm).

@@ -59,7 +59,8 @@ pub(crate) struct Node<B: BackendTypes> {
 pub(crate) struct State<B: BackendTypes> {
     /// The recorded op; `None` for leaves and once the node's step has run.
     pub(crate) op: Option<OpState<B>>,
-    /// True once the node's backward step has run (NOTE [no-retain-graph]).
+    /// True once a backward pass has claimed the node; it is never handed back after the
+    /// pass starts (NOTE [no-retain-graph] in `graph/backward.rs`).
     pub(crate) consumed: bool,
     pub(crate) slot: Slot<B>,
     /// Reads still to come in the running backward pass.
@@ -323,6 +324,13 @@ pub(crate) trait GraphNode: Send + Sync {
     /// If the node was consumed by an earlier backward pass (NOTE [no-retain-graph]).
     fn push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>);
 
+    /// Claims the node for the backward pass about to run; false when another pass claimed
+    /// it first. Leaves are never claimed: every graph that reads a leaf has its own pass.
+    fn claim(&self) -> bool;
+
+    /// Hands back a claim of a pass that did not start.
+    fn unclaim(&self);
+
     /// First planning pass: counts the reads this node's backward step will make.
     fn plan_reads(&self);
 
@@ -366,6 +374,19 @@ impl<B: Backend> GraphNode for Node<B> {
                 }
             }
             op.rule.push_foreign_parents(out);
+        }
+    }
+
+    fn claim(&self) -> bool {
+        if self.kind == NodeKind::Leaf {
+            return true;
+        }
+        !core::mem::replace(&mut self.lock().consumed, true)
+    }
+
+    fn unclaim(&self) {
+        if self.kind != NodeKind::Leaf {
+            self.lock().consumed = false;
         }
     }
 
@@ -428,11 +449,7 @@ impl<B: Backend> GraphNode for Node<B> {
         if rebuild_own {
             retrieve::rebuild(self);
         }
-        let op = {
-            let mut state = self.lock();
-            state.consumed = true;
-            state.op.take()
-        };
+        let op = self.lock().op.take();
         let Some(op) = op else {
             return;
         };
