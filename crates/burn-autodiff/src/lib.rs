@@ -48,7 +48,9 @@ pub mod checkpoint {
         pub use remat::ops::custom::Checkpointer;
     }
 
-    /// Retro-forwards of memory-bound custom ops (accepted; remat keeps their outputs).
+    /// Retro-forwards of memory-bound custom ops: how a dropped output is recomputed. The
+    /// `retro_unary!`, `retro_binary!` and `retro_unary_scalar!` macros (at the crate root,
+    /// as in Burn) write the common ones.
     pub mod retro_forward {
         pub use remat::ops::custom::RetroForward;
     }
@@ -76,5 +78,132 @@ pub mod ops {
     pub use remat::ops::custom::{
         Backward, ComputePropertyDone, Init, MemoryBound, MemoryBoundRetroForward, NodeGuard, Ops,
         OpsKind, OpsPrep, Tracked, UnTracked, binary, broadcast_shape, unary,
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use burn_backend;
+}
+
+/// Defines `struct $name<B>`, a [`RetroForward`](checkpoint::retro_forward::RetroForward)
+/// that recomputes a unary op's output with `$ops(input)`; build it with
+/// `$name::<B>::new(input.id())`. (Burn's macro of the same name and shape.)
+#[macro_export]
+macro_rules! retro_unary {
+    ($name:ident, $ops:expr) => {
+        #[derive(Debug, Clone)]
+        struct $name<B: $crate::__private::burn_backend::Backend> {
+            input_id: $crate::NodeId,
+            _backend: ::core::marker::PhantomData<B>,
+        }
+
+        #[allow(dead_code)]
+        impl<B: $crate::__private::burn_backend::Backend> $name<B> {
+            /// Reads the input under `input_id`.
+            pub fn new(input_id: $crate::NodeId) -> Self {
+                Self {
+                    input_id,
+                    _backend: ::core::marker::PhantomData,
+                }
+            }
+        }
+
+        impl<B: $crate::__private::burn_backend::Backend>
+            $crate::checkpoint::retro_forward::RetroForward for $name<B>
+        {
+            fn forward(
+                &self,
+                states: &mut $crate::checkpoint::state::BackwardStates,
+                out_node: $crate::NodeId,
+            ) {
+                let input = states.get_state::<B::FloatTensorPrimitive>(&self.input_id);
+                states.save(out_node, $ops(input))
+            }
+        }
+    };
+}
+
+/// Defines `struct $name<B>`, a [`RetroForward`](checkpoint::retro_forward::RetroForward)
+/// that recomputes a binary op's output with `$ops(lhs, rhs)`; build it with
+/// `$name::<B>::new(lhs.id(), rhs.id())`. (Burn's macro of the same name and shape.)
+#[macro_export]
+macro_rules! retro_binary {
+    ($name:ident, $ops:expr) => {
+        #[derive(Debug, Clone)]
+        struct $name<B: $crate::__private::burn_backend::Backend> {
+            lhs_id: $crate::NodeId,
+            rhs_id: $crate::NodeId,
+            _backend: ::core::marker::PhantomData<B>,
+        }
+
+        #[allow(dead_code)]
+        impl<B: $crate::__private::burn_backend::Backend> $name<B> {
+            /// Reads the operands under `lhs_id` and `rhs_id`.
+            pub fn new(lhs_id: $crate::NodeId, rhs_id: $crate::NodeId) -> Self {
+                Self {
+                    lhs_id,
+                    rhs_id,
+                    _backend: ::core::marker::PhantomData,
+                }
+            }
+        }
+
+        impl<B: $crate::__private::burn_backend::Backend>
+            $crate::checkpoint::retro_forward::RetroForward for $name<B>
+        {
+            fn forward(
+                &self,
+                states: &mut $crate::checkpoint::state::BackwardStates,
+                out_node: $crate::NodeId,
+            ) {
+                let lhs = states.get_state::<B::FloatTensorPrimitive>(&self.lhs_id);
+                let rhs = states.get_state::<B::FloatTensorPrimitive>(&self.rhs_id);
+                states.save(out_node, $ops(lhs, rhs))
+            }
+        }
+    };
+}
+
+/// Defines `struct $name<B>`, a [`RetroForward`](checkpoint::retro_forward::RetroForward)
+/// that recomputes an op of a tensor and a scalar with `$ops(lhs, scalar)`; build it with
+/// `$name::<B>::new(lhs.id(), scalar)`. (Burn's macro of the same name and shape.)
+#[macro_export]
+macro_rules! retro_unary_scalar {
+    ($name:ident, $ops:expr) => {
+        #[derive(Debug, Clone)]
+        struct $name<B: $crate::__private::burn_backend::Backend> {
+            lhs_id: $crate::NodeId,
+            rhs: $crate::__private::burn_backend::Scalar,
+            _backend: ::core::marker::PhantomData<B>,
+        }
+
+        #[allow(dead_code)]
+        impl<B: $crate::__private::burn_backend::Backend> $name<B> {
+            /// Reads the tensor under `lhs_id`; `rhs` is the scalar operand.
+            pub fn new(
+                lhs_id: $crate::NodeId,
+                rhs: $crate::__private::burn_backend::Scalar,
+            ) -> Self {
+                Self {
+                    lhs_id,
+                    rhs,
+                    _backend: ::core::marker::PhantomData,
+                }
+            }
+        }
+
+        impl<B: $crate::__private::burn_backend::Backend>
+            $crate::checkpoint::retro_forward::RetroForward for $name<B>
+        {
+            fn forward(
+                &self,
+                states: &mut $crate::checkpoint::state::BackwardStates,
+                out_node: $crate::NodeId,
+            ) {
+                let lhs = states.get_state::<B::FloatTensorPrimitive>(&self.lhs_id);
+                states.save(out_node, $ops(lhs, self.rhs))
+            }
+        }
     };
 }

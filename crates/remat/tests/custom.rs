@@ -280,3 +280,122 @@ fn retrieving_a_value_that_was_not_checkpointed_panics_with_a_hint() {
         .stateless(x.primitive.clone());
     let _ = A::backward(y);
 }
+
+/// Custom ops' outputs kept for backward now.
+fn saved_custom_outputs() -> usize {
+    remat::saved_values()
+        .0
+        .iter()
+        .filter(|v| v.op == "custom" && v.reason == remat::KeepReason::Saved)
+        .count()
+}
+
+/// `sum(double(double(x)) * w)`: the multiplication's backward reads the second `double`'s
+/// output, whose replay reads the first's.
+fn doubles<C: CheckpointStrategy>(x: &T, w: &T) -> T {
+    let d = double::<C>(double::<C>(x.clone()));
+    A::float_sum(A::float_mul(d, w.clone()))
+}
+
+/// A memory-bound custom op with a retro-forward over tracked parents is placed like a
+/// built-in cheap op: SaveAll keeps its output, Balanced / RecomputeAll / a region drop it
+/// and replay the retro-forward (parents first, each once), with the same bits.
+#[test]
+fn a_memory_bound_custom_op_is_replayed_through_its_retro_forward() {
+    let _s = serial();
+    let before = remat::stats().live_bytes;
+    let run = |policy: Option<Policy>| {
+        remat::reset_stats();
+        let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+        let forward = || doubles::<NoCheckpointing>(&x, &w);
+        let y = match policy.clone() {
+            Some(policy) => remat::with_policy(policy, forward),
+            None => remat::checkpoint(forward),
+        };
+        let kept = saved_custom_outputs();
+        let grads = A::backward(y);
+        let got = (
+            values(A::grad(&x, &grads).unwrap()),
+            values(A::grad(&w, &grads).unwrap()),
+        );
+        let replays = remat::stats().replays_by_op.get("custom").copied();
+        (got, kept, replays.unwrap_or(0))
+    };
+    let (reference, kept, replays) = run(Some(Policy::SaveAll));
+    assert_eq!(reference, (vec![12.0, 1.0], vec![2.0, -6.0]));
+    assert_eq!((kept, replays), (1, 0), "SaveAll keeps the read output");
+    for policy in [Some(Policy::Balanced), Some(Policy::RecomputeAll), None] {
+        let (got, kept, replays) = run(policy.clone());
+        let bits = |v: &(Vec<f64>, Vec<f64>)| {
+            v.0.iter()
+                .chain(&v.1)
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&got), bits(&reference), "{policy:?}");
+        assert_eq!(kept, 0, "{policy:?}: the output is dropped");
+        assert_eq!(replays, 2, "{policy:?}: both doubles replayed once");
+    }
+    assert_eq!(remat::stats().live_bytes, before, "drained");
+}
+
+/// With an untracked parent the retro-forward cannot be used (as in Burn, the op is
+/// compute-bound): its output is kept under every policy and never replayed.
+#[test]
+fn a_retro_forward_over_an_untracked_parent_keeps_the_output() {
+    let _s = serial();
+    remat::reset_stats();
+    let c = A::float_from_data(
+        burn_backend::TensorData::new(vec![1.0, 2.0], vec![2]),
+        &Default::default(),
+    );
+    let w = leaf(&[3.0, 4.0]);
+    // double(c) needs no gradient but is mixed with w through a custom mul's guards.
+    #[derive(Debug)]
+    struct Scale;
+    impl<B: Backend> Backward<B, 2> for Scale {
+        type State = ();
+        fn backward(self, ops: Ops<(), 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+            binary::<B, _, _>(ops.parents, ops.node, grads, |g| g, |g| g);
+        }
+    }
+    let retro = RetroDouble { input: c.id() };
+    let out = Flex::float_add(c.primitive().clone(), w.primitive().clone());
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        let s =
+            <Scale as Backward<Flex, 2>>::prepare::<NoCheckpointing>(Scale, [c.node(), w.node()])
+                .memory_bound()
+                .retro_forward(retro)
+                .parents([&c, &w])
+                .stateless(out);
+        A::float_sum(A::float_mul(s, w.clone()))
+    });
+    assert_eq!(saved_custom_outputs(), 1);
+    let grads = A::backward(y);
+    // d/dw sum((c + w) * w) = c + 2w.
+    assert_eq!(values(A::grad(&w, &grads).unwrap()), vec![7.0, 10.0]);
+    assert_eq!(remat::stats().replays, 0);
+}
+
+/// A retro-forward that forgets to save its output is a clear error, not a wrong gradient.
+#[test]
+#[should_panic(expected = "did not save its output")]
+fn a_retro_forward_that_saves_nothing_panics_with_a_hint() {
+    #[derive(Debug)]
+    struct Lazy;
+    impl RetroForward for Lazy {
+        fn forward(&self, _: &mut BackwardStates, _: NodeId) {}
+    }
+    let _s = serial();
+    let x = leaf(&[1.0]);
+    let w = leaf(&[2.0]);
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+            .memory_bound()
+            .retro_forward(Lazy)
+            .parents([&x])
+            .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+        A::float_sum(A::float_mul(d, w.clone()))
+    });
+    let _ = A::backward(y);
+}

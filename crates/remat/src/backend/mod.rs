@@ -9,7 +9,7 @@
 mod activation;
 mod bool;
 mod distributed;
-pub(crate) use distributed::submit_leaf_gradient;
+pub(crate) use distributed::{set_params, submit_leaf_gradient};
 mod float;
 mod int;
 mod module;

@@ -109,8 +109,9 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
     let Some(op) = &state.op else {
         return;
     };
-    for input in &op.inputs {
-        if let Some(producer) = input.producer()
+    for (i, input) in op.inputs.iter().enumerate() {
+        if op.rule.replay_input(i)
+            && let Some(producer) = input.producer()
             && matches!(producer.lock().slot, Slot::Evicted(_))
         {
             stack.push((producer.clone(), false));
@@ -131,7 +132,13 @@ fn replay<B: Backend>(node: &Node<B>) {
              (INVARIANT [rebuildable])"
         )
     });
-    let values: Values<B> = op.inputs.iter().map(read_input).collect();
+    let values: Values<B> = op
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| op.rule.replay_input(*i))
+        .map(|(_, input)| read_input(input))
+        .collect();
     #[cfg(feature = "tracing")]
     tracing::trace!(node = %node.id, op = node.name, "remat: replay");
     let value = op.rule.forward(values);

@@ -417,8 +417,10 @@ impl<B: Backend> GraphNode for Node<B> {
                     .op
                     .as_ref()
                     .expect("remat internal error: an evicted value's op is kept until its step");
-                for input in &op.inputs {
-                    if let Some(producer) = input.producer() {
+                for (i, input) in op.inputs.iter().enumerate() {
+                    if op.rule.replay_input(i)
+                        && let Some(producer) = input.producer()
+                    {
                         producer.lock().n_required += 1;
                     }
                 }

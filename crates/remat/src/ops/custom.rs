@@ -18,10 +18,15 @@
 //! read in backward like any rule's saved values and handed out by
 //! [`Checkpointer::retrieve_node_output`].
 //!
-//! NOTE [custom-ops-are-kept]: remat cannot replay a custom op (its forward is the caller's
-//! code), so its checkpointed values and its output (when a later op reads it) are always kept,
-//! under every policy and inside regions. `memory_bound().retro_forward(..)` is accepted and
-//! behaves as `compute_bound()`: the retro-forward is never needed.
+//! NOTE [custom-ops-are-kept]: remat cannot replay a custom op's forward (it is the caller's
+//! code). A `compute_bound()` op is therefore not replayable: its output is kept when a later
+//! op reads it, under every policy and inside regions. A `memory_bound()` op whose
+//! `retro_forward(..)` reads `parents([..])` that are all tracked tensors of the op's backend
+//! is replayable: the policy places it like a built-in cheap op (Balanced, RecomputeAll and
+//! regions drop its output), and a replay runs the retro-forward on the parents' values,
+//! rebuilt first if they were dropped. With an untracked parent it is compute-bound, as in
+//! Burn. What an op checkpoints for its own backward is read like any saved value: kept, or
+//! rebuilt when its producer was dropped.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -122,6 +127,28 @@ impl<B: Backend> AutodiffTensor<B> {
         let guard = self.node();
         (self.primitive, guard)
     }
+
+    /// The id of the tensor's node (Burn's `AutodiffTensor::id`): the key of its gradient,
+    /// and what a retro-forward reads the tensor's value under. An untracked tensor has no
+    /// node and gets a fresh id on each call.
+    pub fn id(&self) -> NodeId {
+        self.node_id().unwrap_or_else(NodeId::new)
+    }
+
+    /// The inner backend's tensor, borrowed.
+    pub fn primitive(&self) -> &FloatTensor<B> {
+        &self.primitive
+    }
+
+    /// Marks a parameter as distributed (Burn's `AutodiffTensor::grad_distributed`, what
+    /// `AutodiffBackend::set_distributed_params` does): its gradient is synchronised across
+    /// devices after each backward pass. An untracked tensor is returned unchanged.
+    ///
+    /// # Panics
+    /// If the tensor is the output of a recorded op: only parameters can be distributed.
+    pub fn grad_distributed(self, param_id: burn_backend::distributed::DistributedParamId) -> Self {
+        crate::backend::set_params(self, param_id)
+    }
 }
 
 /// The state of a custom op in its backward step: its parents (`None` for those that need no
@@ -160,6 +187,7 @@ pub trait Backward<B: Backend, const N: usize>: Send + core::fmt::Debug + Sized 
             backward: self,
             cost: Cost::Compute,
             checkpoints: Vec::new(),
+            retro: None,
             _types: PhantomData,
         }
     }
@@ -193,7 +221,15 @@ pub struct OpsPrep<BO, B: Backend, S, C, const N: usize, Mode = Init> {
     backward: BO,
     cost: Cost,
     checkpoints: Vec<(NodeId, AutodiffTensor<B>)>,
+    /// The retro-forward and the tensors it reads, once both are known to be usable.
+    retro: Option<Retro<B>>,
     _types: Marker<S, C, Mode>,
+}
+
+/// A memory-bound op's retro-forward and the tracked tensors it reads, by node id.
+struct Retro<B: Backend> {
+    forward: Box<dyn RetroForward>,
+    parents: Vec<(NodeId, AutodiffTensor<B>)>,
 }
 
 impl<BO, B: Backend, S, C, const N: usize, Mode> OpsPrep<BO, B, S, C, N, Mode> {
@@ -203,6 +239,7 @@ impl<BO, B: Backend, S, C, const N: usize, Mode> OpsPrep<BO, B, S, C, N, Mode> {
             backward: self.backward,
             cost: self.cost,
             checkpoints: self.checkpoints,
+            retro: self.retro,
             _types: PhantomData,
         }
     }
@@ -222,23 +259,45 @@ impl<BO, B: Backend, S, C, const N: usize> OpsPrep<BO, B, S, C, N, Init> {
 }
 
 impl<BO, B: Backend, S, C, const N: usize> OpsPrep<BO, B, S, C, N, MemoryBound> {
-    /// The op's retro-forward. remat keeps custom ops' outputs (NOTE
-    /// [custom-ops-are-kept]), so it is not needed and not stored.
+    /// The op's retro-forward: recomputes its output from the values of the tensors given
+    /// next to [`parents`](OpsPrep::parents), when a policy dropped it (NOTE
+    /// [custom-ops-are-kept]).
     pub fn retro_forward<R: RetroForward>(
-        self,
-        _retro_forward: R,
+        mut self,
+        retro_forward: R,
     ) -> OpsPrep<BO, B, S, C, N, MemoryBoundRetroForward> {
+        self.retro = Some(Retro {
+            forward: Box::new(retro_forward),
+            parents: Vec::new(),
+        });
         self.into_mode()
     }
 }
 
 impl<BO, B: Backend, S, C, const N: usize> OpsPrep<BO, B, S, C, N, MemoryBoundRetroForward> {
-    /// The tensors the retro-forward would read (not needed: see [`Self::retro_forward`]).
-    pub fn parents<'a, B2, A>(self, _parents: A) -> OpsPrep<BO, B, S, C, N, ComputePropertyDone>
+    /// The tensors the retro-forward reads, under their node ids. When one of them needs no
+    /// gradient (or lives on another backend) the op is compute-bound, as in Burn: its output
+    /// is kept rather than recomputed.
+    pub fn parents<'a, B2, A>(mut self, parents: A) -> OpsPrep<BO, B, S, C, N, ComputePropertyDone>
     where
         B2: Backend,
         A: IntoIterator<Item = &'a AutodiffTensor<B2>>,
     {
+        let mut usable = Vec::new();
+        for parent in parents {
+            let same_backend = (parent as &dyn Any).downcast_ref::<AutodiffTensor<B>>();
+            match same_backend.and_then(|t| Some((t.node_id()?, t.clone()))) {
+                Some(tracked) => usable.push(tracked),
+                None => {
+                    self.retro = None;
+                    self.cost = Cost::Compute;
+                    return self.into_mode();
+                }
+            }
+        }
+        if let Some(retro) = &mut self.retro {
+            retro.parents = usable;
+        }
         self.into_mode()
     }
 }
@@ -310,10 +369,21 @@ where
                 .into_iter()
                 .map(|(_, tensor)| CustomInput::Read(tensor)),
         );
+        let retro = self.retro.map(|retro| {
+            let ids = retro.parents.iter().map(|(id, _)| *id).collect();
+            inputs.extend(
+                retro
+                    .parents
+                    .into_iter()
+                    .map(|(_, tensor)| CustomInput::Replay(tensor)),
+            );
+            (Mutex::new(retro.forward), ids)
+        });
         let rule = CustomRule::<B, BO, N> {
             step: Mutex::new(Some((self.backward, state))),
             cost: self.cost,
             checkpoint_ids,
+            retro,
             _backend: PhantomData,
         };
         rule::record_custom(rule, inputs, C::BALANCED, output)
@@ -328,6 +398,9 @@ pub enum OpsKind<BO, B: Backend, S, C, const N: usize> {
     UnTracked(OpsPrep<BO, B, S, C, N, UnTracked>),
 }
 
+/// A retro-forward in a rule: it is `Send` only, the mutex makes the rule `Sync`.
+type SharedRetro = Mutex<Box<dyn RetroForward>>;
+
 /// The rule of a custom op: its backward is the user's.
 struct CustomRule<B, BO: Backward<B, N>, const N: usize>
 where
@@ -338,6 +411,8 @@ where
     cost: Cost,
     /// Ids of the checkpointed values, inputs `N..` in order.
     checkpoint_ids: Vec<NodeId>,
+    /// The retro-forward and the ids of what it reads: the last inputs, in order.
+    retro: Option<(SharedRetro, Vec<NodeId>)>,
     _backend: PhantomData<fn() -> B>,
 }
 
@@ -349,9 +424,28 @@ impl<B: Backend, BO: Backward<B, N>, const N: usize> Rule<B> for CustomRule<B, B
         }
     }
 
-    fn forward(&self, _inputs: Values<B>) -> FloatTensor<B> {
-        // `replayable` is false: the engine keeps this op's output instead of replaying.
-        panic!("remat internal error: a custom op was replayed")
+    /// A replay: the retro-forward on the values of its parents (the engine hands over
+    /// exactly the inputs `replay_input` selects).
+    fn forward(&self, inputs: Values<B>) -> FloatTensor<B> {
+        let Some((retro, ids)) = &self.retro else {
+            panic!("remat internal error: a custom op without a retro-forward was replayed")
+        };
+        let mut states = BackwardStates::default();
+        for (id, value) in ids.iter().zip(inputs) {
+            states.save(*id, value);
+        }
+        let out = NodeId::new();
+        let retro = retro
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        retro.forward(&mut states, out);
+        states.values.take(&out).unwrap_or_else(|| {
+            panic!(
+                "remat: a custom op's retro-forward ({retro:?}) did not save its output: it \
+                 must call `states.save(out_node, output)` with the `out_node` it is given and \
+                 a float tensor of the op's backend"
+            )
+        })
     }
 
     fn reads(&self, _tracked: rule::Tracked) -> Reads {
@@ -360,7 +454,11 @@ impl<B: Backend, BO: Backward<B, N>, const N: usize> Rule<B> for CustomRule<B, B
     }
 
     fn replayable(&self) -> bool {
-        false
+        self.retro.is_some()
+    }
+
+    fn replay_input(&self, i: usize) -> bool {
+        i >= N + self.checkpoint_ids.len()
     }
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, grad: FloatTensor<B>) {
@@ -450,6 +548,13 @@ impl ValueMap {
             .and_then(|value| value.downcast_ref::<T>())
             .cloned()
     }
+
+    fn take<T: Send + 'static>(&mut self, id: &NodeId) -> Option<T> {
+        self.0
+            .remove(id)
+            .and_then(|value| value.downcast::<T>().ok())
+            .map(|value| *value)
+    }
 }
 
 impl core::fmt::Debug for ValueMap {
@@ -490,9 +595,9 @@ impl Checkpointer {
     }
 }
 
-/// Recomputes a memory-bound custom op's output from its parents' (Burn's `RetroForward`).
-/// remat keeps custom ops' outputs instead (NOTE [custom-ops-are-kept]); the trait lets such
-/// ops compile unchanged.
+/// Recomputes a memory-bound custom op's output from its parents' values (Burn's
+/// `RetroForward`): run when a policy dropped the output and a backward step needs it (NOTE
+/// [custom-ops-are-kept]).
 pub trait RetroForward: core::fmt::Debug + Send + 'static {
     /// Reads the parents' values from `states` and saves the output under `out_node`.
     fn forward(&self, states: &mut BackwardStates, out_node: NodeId);

@@ -5,7 +5,8 @@
 //! - Rules never store tensors they read in backward: saved values go through the engine
 //!   (slots and held edges), so that policies can drop and rebuild them.
 //! - [`custom`] is the exception that proves the rule: Burn's API for ops with a hand-written
-//!   backward, whose rule wraps the user's code and is never replayed.
+//!   backward, whose rule wraps the user's code; it replays only through the user's
+//!   retro-forward (NOTE [custom-ops-are-kept]).
 
 pub(crate) mod activation;
 pub(crate) mod attention;

@@ -103,6 +103,13 @@ pub(crate) trait Rule<B: BackendTypes>: Send + Sync + 'static {
         self.info().cost != policy::Cost::Random
     }
 
+    /// Whether a replay of `forward` reads input `i`. Every input, but for custom ops:
+    /// their first inputs are parents for the gradient only, and a replay reads the inputs
+    /// their retro-forward declared.
+    fn replay_input(&self, _i: usize) -> bool {
+        true
+    }
+
     /// Parents on another inner backend (only transfers have some).
     fn push_foreign_parents(&self, _out: &mut Vec<Arc<dyn GraphNode>>) {}
 }
@@ -365,21 +372,20 @@ pub(crate) enum CustomInput<B: BackendTypes> {
     Parent(Option<Arc<Node<B>>>),
     /// A checkpointed tensor: its value is read by the op's backward.
     Read(AutodiffTensor<B>),
+    /// A tensor the op's retro-forward reads: its value is read by a replay.
+    Replay(AutodiffTensor<B>),
 }
 
-/// Records a custom op whose output the caller computed: `rule` must not be replayable (its
-/// forward is the caller's code, which remat cannot run again), so the values it reads and
-/// its output (when a later op reads it) are kept. Untracked when no parent is tracked.
+/// Records a custom op whose output the caller computed. A rule that is not replayable (no
+/// retro-forward) keeps its output when a later op reads it; one with a retro-forward is
+/// placed by the policy like any op, its `Replay` inputs kept for the replay.
+/// Untracked when no parent is tracked.
 pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
     rule: R,
     inputs: Vec<CustomInput<B>>,
     balanced: bool,
     output: FloatTensor<B>,
 ) -> AutodiffTensor<B> {
-    debug_assert!(
-        !rule.replayable(),
-        "remat internal error: custom ops are not replayable"
-    );
     let mut mask = 0u32;
     for (i, input) in inputs.iter().enumerate() {
         if let CustomInput::Parent(Some(_)) = input {
@@ -390,7 +396,7 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
         return AutodiffTensor::new(output);
     }
     let info = rule.info();
-    let placement = policy::place(&info, false, balanced);
+    let placement = policy::place(&info, rule.replayable(), balanced);
     let reads = rule.reads(Tracked(mask));
     let edges = inputs
         .into_iter()
@@ -398,6 +404,7 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
         .map(|(i, input)| match input {
             CustomInput::Parent(node) => Input { node, held: None },
             CustomInput::Read(tensor) => edge(tensor, reads.has_input(i), info.name).0,
+            CustomInput::Replay(tensor) => edge(tensor, placement.recompute, info.name).0,
         })
         .collect();
     finish_node(rule, info, placement, edges, reads, output)
