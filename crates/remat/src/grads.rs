@@ -10,9 +10,29 @@
 use std::any::Any;
 use std::collections::HashMap;
 
-use burn_backend::{Backend, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
 
 use crate::graph::NodeId;
+use crate::tensor::AutodiffTensor;
+
+/// What a gradient is looked up by: a node id, or a tensor (as Burn's
+/// `Gradients::get(&tensor)`; an untracked tensor has no gradient).
+pub trait GradKey {
+    /// The node whose gradient is meant, if any.
+    fn grad_id(&self) -> Option<NodeId>;
+}
+
+impl GradKey for NodeId {
+    fn grad_id(&self) -> Option<NodeId> {
+        Some(*self)
+    }
+}
+
+impl<B: BackendTypes> GradKey for &AutodiffTensor<B> {
+    fn grad_id(&self) -> Option<NodeId> {
+        self.node.as_ref().map(|node| node.id)
+    }
+}
 
 /// Gradients computed by a backward pass, keyed by node.
 ///
@@ -57,16 +77,18 @@ impl Gradients {
         self.map.insert(id, Box::new(grad));
     }
 
-    /// The gradient of `id`, if any.
-    pub fn get<B: Backend>(&self, id: NodeId) -> Option<FloatTensor<B>> {
+    /// The gradient of a node (by id, or by tensor: `grads.get::<B>(&tensor)`), if any.
+    pub fn get<B: Backend>(&self, key: impl GradKey) -> Option<FloatTensor<B>> {
+        let id = key.grad_id()?;
         self.map
             .get(&id)
             .and_then(|g| g.downcast_ref::<FloatTensor<B>>())
             .cloned()
     }
 
-    /// Removes and returns the gradient of `id`, if any.
-    pub fn remove<B: Backend>(&mut self, id: NodeId) -> Option<FloatTensor<B>> {
+    /// Removes and returns the gradient of a node (by id or by tensor), if any.
+    pub fn remove<B: Backend>(&mut self, key: impl GradKey) -> Option<FloatTensor<B>> {
+        let id = key.grad_id()?;
         match self.map.remove(&id)?.downcast::<FloatTensor<B>>() {
             Ok(grad) => Some(*grad),
             Err(other) => {

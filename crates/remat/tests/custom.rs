@@ -399,3 +399,50 @@ fn a_retro_forward_that_saves_nothing_panics_with_a_hint() {
     });
     let _ = A::backward(y);
 }
+
+/// The parts of Burn's custom-op API that take tensors and nodes: `Gradients::get/remove`
+/// by tensor (or id), `Requirement::from_nodes`, `Node::clone_if_require_grad`, `NodeId`'s
+/// public `value`.
+#[test]
+fn gradients_nodes_and_ids_as_burn_names_them() {
+    use remat::ops::custom::{Node, Requirement};
+    use std::sync::Arc;
+    let _s = serial();
+    let x = leaf(&[1.0, 2.0]);
+    let plain = A::float_from_data(
+        burn_backend::TensorData::new(vec![1.0f64], vec![1]),
+        &Default::default(),
+    );
+    let mut grads = A::backward(A::float_sum(A::float_mul(x.clone(), x.clone())));
+    let by_tensor = grads.get::<Flex>(&x).expect("by tensor");
+    let by_id = grads.get::<Flex>(x.id()).expect("by id");
+    assert_eq!(values(by_tensor), values(by_id));
+    assert!(
+        grads.get::<Flex>(&plain).is_none(),
+        "untracked: no gradient"
+    );
+    assert_eq!(values(grads.remove::<Flex>(&x).unwrap()), vec![2.0, 4.0]);
+    assert!(grads.is_empty());
+
+    let node = |requirement| {
+        Arc::new(Node {
+            id: NodeId::new(),
+            requirement,
+        })
+    };
+    let (none, grad) = (node(Requirement::None), node(Requirement::Grad));
+    assert_eq!(
+        Requirement::from_nodes(std::slice::from_ref(&none)),
+        Requirement::None
+    );
+    assert_eq!(
+        Requirement::from_nodes(&[none.clone(), grad.clone()]),
+        Requirement::GradInBackward
+    );
+    assert!(none.clone_if_require_grad().is_none());
+    assert_eq!(grad.clone_if_require_grad().map(|n| n.id), Some(grad.id));
+
+    let id = NodeId::new();
+    assert_eq!(id.value, id.value());
+    assert!(NodeId::new().value > id.value, "fresh ids increase");
+}

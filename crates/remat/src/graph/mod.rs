@@ -24,25 +24,30 @@ use core::sync::atomic::{AtomicU64, Ordering};
 ///
 /// Gradients are keyed by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(u64);
+pub struct NodeId {
+    /// The integer behind the id (public, as in Burn's `NodeId`).
+    pub value: u64,
+}
 
 impl NodeId {
     /// A fresh id, never handed out before in this process.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         static COUNTER: AtomicU64 = AtomicU64::new(1);
-        Self(COUNTER.fetch_add(1, Ordering::Relaxed))
+        Self {
+            value: COUNTER.fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     /// The raw value, for display and hashing.
     pub fn value(self) -> u64 {
-        self.0
+        self.value
     }
 }
 
 impl core::fmt::Display for NodeId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "#{}", self.0)
+        write!(f, "#{}", self.value)
     }
 }
 

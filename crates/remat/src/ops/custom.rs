@@ -59,6 +59,16 @@ impl Requirement {
     pub fn is_none(&self) -> bool {
         matches!(self, Requirement::None)
     }
+
+    /// The requirement of an op's output from its inputs': none when no input wants a
+    /// gradient, otherwise a gradient on the way to a leaf.
+    pub fn from_nodes(nodes: &[NodeRef]) -> Self {
+        if nodes.iter().all(|node| node.requirement.is_none()) {
+            Requirement::None
+        } else {
+            Requirement::GradInBackward
+        }
+    }
 }
 
 /// A node as a custom op's backward sees it: its id (the key of its gradient in
@@ -73,6 +83,13 @@ pub struct Node {
 
 /// A shared reference to a [`Node`] (Burn's `NodeRef`).
 pub type NodeRef = Arc<Node>;
+
+impl Node {
+    /// The node, when its gradient is wanted.
+    pub fn clone_if_require_grad(self: &Arc<Self>) -> Option<NodeRef> {
+        (!self.requirement.is_none()).then(|| self.clone())
+    }
+}
 
 /// A tensor's place in the graph, taken with [`AutodiffTensor::node`] before the tensor is
 /// consumed and handed to [`Backward::prepare`].
