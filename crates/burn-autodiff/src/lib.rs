@@ -1,7 +1,7 @@
 //! # burn-autodiff (remat)
 //!
 //! A drop-in replacement for Burn 0.22's `burn-autodiff` crate, backed by the
-//! [remat](remat) activation-checkpointing engine. Add to your workspace's `Cargo.toml`
+//! [remat] activation-checkpointing engine. Add to your workspace's `Cargo.toml`
 //!
 //! ```toml
 //! [patch.crates-io]
@@ -22,7 +22,7 @@
 //! | [`NodeId`] | [`remat::NodeId`] |
 //!
 //! remat's own API (policies, regions, statistics) is reached through [`remat`] itself,
-//! re-exported here as [`remat`](crate::remat) for convenience.
+//! re-exported here as [`remat`] for convenience.
 //!
 //! # Feature flags
 //! - `std` (default): forwarded to remat (required by the engine).

@@ -7,7 +7,7 @@
 //! value a backward step needs is either kept or dropped and *rematerialized* later by
 //! replaying the ops that produced it, and each value is freed at its last use. Which values
 //! are kept is a run-time [`Policy`], chosen per process ([`set_policy`]), per scope
-//! ([`with_policy`]) or per region ([`checkpoint`]). [`stats`] reports exactly what is kept.
+//! ([`with_policy`]) or per region ([`checkpoint()`]). [`stats()`] reports exactly what is kept.
 //!
 //! Burn users normally reach this crate through the `burn-autodiff` compatibility crate (one
 //! `[patch.crates-io]` line): every Burn model then runs on remat unchanged.

@@ -137,7 +137,7 @@ struct Context {
 /// (`device.autodiff().gradient_checkpointing()`), process-wide.
 ///
 /// Graphs recorded under `NoCheckpointing` (plain `device.autodiff()`) always use
-/// [`Policy::SaveAll`], unless a [`with_policy`] scope or a [`checkpoint`](crate::checkpoint)
+/// [`Policy::SaveAll`], unless a [`with_policy`] scope or a [`checkpoint`](crate::checkpoint())
 /// region asks otherwise. Values already recorded keep the decision made when they were
 /// recorded.
 pub fn set_policy(policy: Policy) {

@@ -1,4 +1,4 @@
-//! Op families. Each file describes its ops once, as rules (see [`rule`]): forward, what the
+//! Op families. Each file describes its ops once, as rules (see `rule`): forward, what the
 //! backward reads, the backward itself, and the cost class.
 //!
 //! # Invariants
