@@ -65,27 +65,36 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
 /// traversal (`topological_order`) only reads, and a graph whose ancestry is partly consumed
 /// is refused whole, so its fresh branches stay usable.
 ///
-/// Burn serialises backward passes under one global lock; remat holds none, so two passes
+/// Burn serialises whole backward passes under one global lock; remat does not, so two passes
 /// racing on two threads through a shared recorded op are told apart here: after the
 /// traversal, a pass claims every op node it will run (leaves are shared freely: each graph
 /// that reads a parameter has its own pass). A pass that finds a node claimed by another hands
 /// its own claims back and panics, before it has read or released anything; the other pass
-/// runs to the end with exact gradients. (When both lose a race for different nodes both
-/// panic: still no partial gradient.)
+/// runs to the end with exact gradients. Claims are made under one process-wide lock, held for
+/// the claiming loop only (linear in the graph, never across a step), so that of two racing
+/// passes exactly one wins.
 fn claim(order: &[Arc<dyn GraphNode>]) {
-    for (k, node) in order.iter().enumerate() {
-        if !node.claim() {
+    static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let lost = {
+        let _claiming = CLAIMS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let lost = order.iter().position(|node| !node.claim());
+        if let Some(k) = lost {
             for claimed in &order[..k] {
                 claimed.unclaim();
             }
-            panic!(
-                "remat: backward reached {}, which another backward pass already consumed (one \
-                 running at the same time on another thread). Two backward passes cannot share \
-                 recorded ops: record the forward pass once per backward, or call backward once \
-                 on the sum of the losses.",
-                node.describe()
-            );
         }
+        lost
+    };
+    if let Some(k) = lost {
+        panic!(
+            "remat: backward reached {}, which another backward pass already consumed (one \
+             running at the same time on another thread). Two backward passes cannot share \
+             recorded ops: record the forward pass once per backward, or call backward once \
+             on the sum of the losses.",
+            order[k].describe()
+        );
     }
 }
 
