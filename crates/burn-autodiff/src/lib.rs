@@ -86,24 +86,27 @@ pub mod __private {
     pub use burn_backend;
 }
 
-/// Defines `struct $name<B>`, a [`RetroForward`](checkpoint::retro_forward::RetroForward)
-/// that recomputes a unary op's output with `$ops(input)`; build it with
-/// `$name::<B>::new(input.id())`. (Burn's macro of the same name and shape.)
+/// The one body behind the `retro_*!` macros: `struct $name<B>` holding the ids of the tensors
+/// it reads and any extra operands, a `new` taking them in that order, and a `RetroForward`
+/// that reads the tensors' values and saves `$ops(tensors.., extras..)` as the output.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! retro_unary {
-    ($name:ident, $ops:expr) => {
+macro_rules! __retro_forward {
+    ($name:ident, $ops:expr, reads [$($read:ident),*], extra [$($extra:ident: $ty:ty),*]) => {
         #[derive(Debug, Clone)]
         struct $name<B: $crate::__private::burn_backend::Backend> {
-            input_id: $crate::NodeId,
+            $($read: $crate::NodeId,)*
+            $($extra: $ty,)*
             _backend: ::core::marker::PhantomData<B>,
         }
 
         #[allow(dead_code)]
         impl<B: $crate::__private::burn_backend::Backend> $name<B> {
-            /// Reads the input under `input_id`.
-            pub fn new(input_id: $crate::NodeId) -> Self {
+            /// Reads the tensors under the given ids; the other arguments are operands.
+            pub fn new($($read: $crate::NodeId,)* $($extra: $ty),*) -> Self {
                 Self {
-                    input_id,
+                    $($read,)*
+                    $($extra,)*
                     _backend: ::core::marker::PhantomData,
                 }
             }
@@ -117,10 +120,20 @@ macro_rules! retro_unary {
                 states: &mut $crate::checkpoint::state::BackwardStates,
                 out_node: $crate::NodeId,
             ) {
-                let input = states.get_state::<B::FloatTensorPrimitive>(&self.input_id);
-                states.save(out_node, $ops(input))
+                $(let $read = states.get_state::<B::FloatTensorPrimitive>(&self.$read);)*
+                states.save(out_node, $ops($($read,)* $(self.$extra.clone(),)*))
             }
         }
+    };
+}
+
+/// Defines `struct $name<B>`, a [`RetroForward`](checkpoint::retro_forward::RetroForward)
+/// that recomputes a unary op's output with `$ops(input)`; build it with
+/// `$name::<B>::new(input.id())`. (Burn's macro of the same name and shape.)
+#[macro_export]
+macro_rules! retro_unary {
+    ($name:ident, $ops:expr) => {
+        $crate::__retro_forward!($name, $ops, reads [input_id], extra []);
     };
 }
 
@@ -130,38 +143,7 @@ macro_rules! retro_unary {
 #[macro_export]
 macro_rules! retro_binary {
     ($name:ident, $ops:expr) => {
-        #[derive(Debug, Clone)]
-        struct $name<B: $crate::__private::burn_backend::Backend> {
-            lhs_id: $crate::NodeId,
-            rhs_id: $crate::NodeId,
-            _backend: ::core::marker::PhantomData<B>,
-        }
-
-        #[allow(dead_code)]
-        impl<B: $crate::__private::burn_backend::Backend> $name<B> {
-            /// Reads the operands under `lhs_id` and `rhs_id`.
-            pub fn new(lhs_id: $crate::NodeId, rhs_id: $crate::NodeId) -> Self {
-                Self {
-                    lhs_id,
-                    rhs_id,
-                    _backend: ::core::marker::PhantomData,
-                }
-            }
-        }
-
-        impl<B: $crate::__private::burn_backend::Backend>
-            $crate::checkpoint::retro_forward::RetroForward for $name<B>
-        {
-            fn forward(
-                &self,
-                states: &mut $crate::checkpoint::state::BackwardStates,
-                out_node: $crate::NodeId,
-            ) {
-                let lhs = states.get_state::<B::FloatTensorPrimitive>(&self.lhs_id);
-                let rhs = states.get_state::<B::FloatTensorPrimitive>(&self.rhs_id);
-                states.save(out_node, $ops(lhs, rhs))
-            }
-        }
+        $crate::__retro_forward!($name, $ops, reads [lhs_id, rhs_id], extra []);
     };
 }
 
@@ -171,39 +153,11 @@ macro_rules! retro_binary {
 #[macro_export]
 macro_rules! retro_unary_scalar {
     ($name:ident, $ops:expr) => {
-        #[derive(Debug, Clone)]
-        struct $name<B: $crate::__private::burn_backend::Backend> {
-            lhs_id: $crate::NodeId,
-            rhs: $crate::__private::burn_backend::Scalar,
-            _backend: ::core::marker::PhantomData<B>,
-        }
-
-        #[allow(dead_code)]
-        impl<B: $crate::__private::burn_backend::Backend> $name<B> {
-            /// Reads the tensor under `lhs_id`; `rhs` is the scalar operand.
-            pub fn new(
-                lhs_id: $crate::NodeId,
-                rhs: $crate::__private::burn_backend::Scalar,
-            ) -> Self {
-                Self {
-                    lhs_id,
-                    rhs,
-                    _backend: ::core::marker::PhantomData,
-                }
-            }
-        }
-
-        impl<B: $crate::__private::burn_backend::Backend>
-            $crate::checkpoint::retro_forward::RetroForward for $name<B>
-        {
-            fn forward(
-                &self,
-                states: &mut $crate::checkpoint::state::BackwardStates,
-                out_node: $crate::NodeId,
-            ) {
-                let lhs = states.get_state::<B::FloatTensorPrimitive>(&self.lhs_id);
-                states.save(out_node, $ops(lhs, self.rhs))
-            }
-        }
+        $crate::__retro_forward!(
+            $name,
+            $ops,
+            reads [lhs_id],
+            extra [rhs: $crate::__private::burn_backend::Scalar]
+        );
     };
 }
