@@ -243,10 +243,10 @@ pub struct OpsPrep<BO, B: Backend, S, C, const N: usize, Mode = Init> {
     _types: Marker<S, C, Mode>,
 }
 
-/// A memory-bound op's retro-forward and the tracked tensors it reads, by node id.
+/// A memory-bound op's retro-forward and the tracked tensors it reads (under their node ids).
 struct Retro<B: Backend> {
     forward: Box<dyn RetroForward>,
-    parents: Vec<(NodeId, AutodiffTensor<B>)>,
+    parents: Vec<AutodiffTensor<B>>,
 }
 
 impl<BO, B: Backend, S, C, const N: usize, Mode> OpsPrep<BO, B, S, C, N, Mode> {
@@ -303,8 +303,8 @@ impl<BO, B: Backend, S, C, const N: usize> OpsPrep<BO, B, S, C, N, MemoryBoundRe
         let mut usable = Vec::new();
         for parent in parents {
             let same_backend = (parent as &dyn Any).downcast_ref::<AutodiffTensor<B>>();
-            match same_backend.and_then(|t| Some((t.node_id()?, t.clone()))) {
-                Some(tracked) => usable.push(tracked),
+            match same_backend.filter(|t| t.is_tracked()) {
+                Some(tracked) => usable.push(tracked.clone()),
                 None => {
                     self.retro = None;
                     self.cost = Cost::Compute;
@@ -387,13 +387,8 @@ where
                 .map(|(_, tensor)| CustomInput::Read(tensor)),
         );
         let retro = self.retro.map(|retro| {
-            let ids = retro.parents.iter().map(|(id, _)| *id).collect();
-            inputs.extend(
-                retro
-                    .parents
-                    .into_iter()
-                    .map(|(_, tensor)| CustomInput::Replay(tensor)),
-            );
+            let ids = retro.parents.iter().map(AutodiffTensor::id).collect();
+            inputs.extend(retro.parents.into_iter().map(CustomInput::Replay));
             (Mutex::new(retro.forward), ids)
         });
         let rule = CustomRule::<B, BO, N> {
