@@ -26,7 +26,6 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
     grads.register::<B>(node.id, ones);
 
     let order = topological_order(node);
-    claim(&order);
     let distributed: Vec<_> = order.iter().filter_map(|n| n.distributed()).collect();
     let is_distributed = !distributed.is_empty();
     if is_distributed {
@@ -61,44 +60,22 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
 
 /// NOTE [no-retain-graph]: as in Burn, a backward pass consumes the ops it runs through: their
 /// inputs and saved values are released as it goes, so a second pass through them cannot
-/// work and panics with a message that says so. The panic comes before anything changes: the
-/// traversal (`topological_order`) only reads, and a graph whose ancestry is partly consumed
-/// is refused whole, so its fresh branches stay usable.
+/// work and panics with a message that says so. The panic comes before anything changes, so
+/// a graph whose ancestry is partly consumed is refused whole and its fresh branches stay
+/// usable.
 ///
 /// Burn serialises whole backward passes under one global lock; remat does not, so two passes
-/// racing on two threads through a shared recorded op are told apart here: after the
-/// traversal, a pass claims every op node it will run (leaves are shared freely: each graph
-/// that reads a parameter has its own pass). A pass that finds a node claimed by another hands
-/// its own claims back and panics, before it has read or released anything; the other pass
-/// runs to the end with exact gradients. Claims are made under one process-wide lock, held for
-/// the claiming loop only (linear in the graph, never across a step), so that of two racing
-/// passes exactly one wins.
-fn claim(order: &[Arc<dyn GraphNode>]) {
-    static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let lost = {
-        let _claiming = CLAIMS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let lost = order.iter().position(|node| !node.claim());
-        if let Some(k) = lost {
-            for claimed in &order[..k] {
-                claimed.unclaim();
-            }
-        }
-        lost
-    };
-    if let Some(k) = lost {
-        panic!(
-            "remat: backward reached {}, which another backward pass already consumed (one \
-             running at the same time on another thread). Two backward passes cannot share \
-             recorded ops: record the forward pass once per backward, or call backward once \
-             on the sum of the losses.",
-            order[k].describe()
-        );
-    }
-}
+/// racing on two threads through a shared recorded op are told apart by the traversal: it
+/// claims each op node as it expands it (leaves are shared freely: each graph that reads a
+/// parameter has its own pass). A pass that meets a node claimed before (by an earlier pass,
+/// or by one running now) hands its own claims back and panics, before it has read or
+/// released any value; the other pass runs to the end with exact gradients. Traversals claim
+/// under one process-wide lock, held for the traversal only (linear in the graph, never across
+/// a step), so that of two racing passes exactly one wins.
+static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Every node reachable from `root`, each after all of its consumers (Kahn's algorithm).
+/// Every node reachable from `root`, each after all of its consumers (Kahn's algorithm),
+/// each op node claimed for this pass (NOTE [no-retain-graph]).
 fn topological_order(root: Arc<dyn GraphNode>) -> Vec<Arc<dyn GraphNode>> {
     let mut index: HashMap<NodeId, usize, IdBuildHasher> = HashMap::default();
     let mut nodes: Vec<Arc<dyn GraphNode>> = Vec::new();
@@ -113,10 +90,25 @@ fn topological_order(root: Arc<dyn GraphNode>) -> Vec<Arc<dyn GraphNode>> {
     consumers.push(0);
 
     let mut scratch: Vec<Arc<dyn GraphNode>> = Vec::new();
+    let claiming = CLAIMS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut next = 0;
     while next < nodes.len() {
         starts.push(edges.len());
-        nodes[next].push_parents(&mut scratch);
+        if !nodes[next].claim_and_push_parents(&mut scratch) {
+            for claimed in &nodes[..next] {
+                claimed.unclaim();
+            }
+            drop(claiming);
+            panic!(
+                "remat: backward reached {}, which an earlier backward pass already consumed \
+                 (or one running at the same time on another thread). Graphs are not retained \
+                 after backward (as in Burn): run the forward pass again before the next \
+                 backward, or call backward once on the sum of the losses.",
+                nodes[next].describe()
+            );
+        }
         for parent in scratch.drain(..) {
             let i = *index.entry(parent.id()).or_insert_with(|| {
                 nodes.push(parent);
@@ -128,6 +120,7 @@ fn topological_order(root: Arc<dyn GraphNode>) -> Vec<Arc<dyn GraphNode>> {
         }
         next += 1;
     }
+    drop(claiming);
     starts.push(edges.len());
 
     let mut order = Vec::with_capacity(nodes.len());

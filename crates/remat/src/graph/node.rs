@@ -318,15 +318,11 @@ fn push_input_nodes<B: BackendTypes>(op: OpState<B>, stack: &mut Vec<Arc<Node<B>
 pub(crate) trait GraphNode: Send + Sync {
     fn id(&self) -> NodeId;
 
-    /// Pushes the tracked parents of this node.
-    ///
-    /// # Panics
-    /// If the node was consumed by an earlier backward pass (NOTE [no-retain-graph]).
-    fn push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>);
-
-    /// Claims the node for the backward pass about to run; false when another pass claimed
-    /// it first. Leaves are never claimed: every graph that reads a leaf has its own pass.
-    fn claim(&self) -> bool;
+    /// Claims the node for the backward pass being planned and pushes its tracked parents.
+    /// False, with nothing claimed or pushed, when another pass (earlier, or running now)
+    /// claimed it first. Leaves are never claimed: every graph that reads a leaf has its own
+    /// pass (NOTE [no-retain-graph]).
+    fn claim_and_push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>) -> bool;
 
     /// Hands back a claim of a pass that did not start.
     fn unclaim(&self);
@@ -356,16 +352,10 @@ impl<B: Backend> GraphNode for Node<B> {
         self.id
     }
 
-    fn push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>) {
-        let state = self.lock();
-        if state.consumed {
-            drop(state);
-            panic!(
-                "remat: backward reached {}, which an earlier backward pass already consumed. \
-                 Graphs are not retained after backward (as in Burn): run the forward pass \
-                 again before the next backward, or call backward once on the sum of the losses.",
-                self.describe()
-            );
+    fn claim_and_push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>) -> bool {
+        let mut state = self.lock();
+        if self.kind != NodeKind::Leaf && core::mem::replace(&mut state.consumed, true) {
+            return false;
         }
         if let Some(op) = &state.op {
             for input in &op.inputs {
@@ -375,13 +365,7 @@ impl<B: Backend> GraphNode for Node<B> {
             }
             op.rule.push_foreign_parents(out);
         }
-    }
-
-    fn claim(&self) -> bool {
-        if self.kind == NodeKind::Leaf {
-            return true;
-        }
-        !core::mem::replace(&mut self.lock().consumed, true)
+        true
     }
 
     fn unclaim(&self) {
