@@ -526,6 +526,10 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
         "- Machine: {} ({} CPUs available, {} memory), shared with other jobs",
         m.machine, m.cpus, m.memory
     );
+    let _ = writeln!(
+        s,
+        "- Inner backends built with their default features, as Burn's default `burn` features build them: Flex with SIMD kernels and rayon (parallel gemm and large reductions), NdArray with SIMD and multi-threads. Both engines call the same inner kernels."
+    );
     let _ = writeln!(s, "- Date: {}; commit `{}`", m.date, m.commit);
     let _ = writeln!(s, "- Command: `{}`", m.command);
     let _ = writeln!(
