@@ -109,11 +109,8 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
     let Some(op) = &state.op else {
         return;
     };
-    for (i, input) in op.inputs.iter().enumerate() {
-        if op.rule.replay_input(i)
-            && let Some(producer) = input.producer()
-            && matches!(producer.lock().slot, Slot::Evicted(_))
-        {
+    for producer in op.replay_inputs().filter_map(Input::producer) {
+        if matches!(producer.lock().slot, Slot::Evicted(_)) {
             stack.push((producer.clone(), false));
         }
     }
@@ -132,13 +129,7 @@ fn replay<B: Backend>(node: &Node<B>) {
              (INVARIANT [rebuildable])"
         )
     });
-    let values: Values<B> = op
-        .inputs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| op.rule.replay_input(*i))
-        .map(|(_, input)| read_input(input))
-        .collect();
+    let values: Values<B> = op.replay_inputs().map(read_input).collect();
     #[cfg(feature = "tracing")]
     tracing::trace!(node = %node.id, op = node.name, "remat: replay");
     let value = op.rule.forward(values);

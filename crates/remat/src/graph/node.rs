@@ -75,6 +75,17 @@ pub(crate) struct OpState<B: BackendTypes> {
     pub(crate) reads: Reads,
 }
 
+impl<B: BackendTypes> OpState<B> {
+    /// The inputs a replay of the op reads ([`Rule::replay_input`]), in order.
+    pub(crate) fn replay_inputs(&self) -> impl Iterator<Item = &Input<B>> {
+        self.inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.rule.replay_input(*i))
+            .map(|(_, input)| input)
+    }
+}
+
 /// One float input of a recorded op.
 pub(crate) struct Input<B: BackendTypes> {
     /// The input's node when it is tracked.
@@ -237,10 +248,6 @@ impl<B: Backend> Node<B> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Marks this node's output as needed by a consumer being recorded.
-    ///
-    /// `rebuildable` says whether the consumer may rely on a replay of this node (its
-    /// placement recomputes and its region is still open); otherwise the value is stored now.
     /// Whether this op node's value may be rebuilt rather than kept: its policy said so, and
     /// the region it was recorded in (if any) is still open (NOTE [regions]).
     pub(crate) fn rebuildable(&self) -> bool {
@@ -252,6 +259,10 @@ impl<B: Backend> Node<B> {
         matches!(self.lock().slot, Slot::Stored(_))
     }
 
+    /// Marks this node's output as needed by a consumer being recorded.
+    ///
+    /// `rebuildable` says whether the consumer may rely on a replay of this node (its
+    /// placement recomputes and its region is still open); otherwise the value is stored now.
     pub(crate) fn require_value(&self, value: &FloatTensor<B>, rebuildable: bool) {
         let mut state = self.lock();
         match state.slot {
@@ -401,12 +412,8 @@ impl<B: Backend> GraphNode for Node<B> {
                     .op
                     .as_ref()
                     .expect("remat internal error: an evicted value's op is kept until its step");
-                for (i, input) in op.inputs.iter().enumerate() {
-                    if op.rule.replay_input(i)
-                        && let Some(producer) = input.producer()
-                    {
-                        producer.lock().n_required += 1;
-                    }
+                for producer in op.replay_inputs().filter_map(Input::producer) {
+                    producer.lock().n_required += 1;
                 }
             }
             Slot::Evicted(_) | Slot::Stored(_) if state.n_required == 0 => {
