@@ -1,17 +1,28 @@
 //! # burn-autodiff (remat)
 //!
 //! A drop-in replacement for Burn 0.22's `burn-autodiff` crate, backed by the
-//! [remat] activation-checkpointing engine. Add to your workspace's `Cargo.toml`
+//! [remat] activation-checkpointing engine. In your project's `Cargo.toml`:
 //!
 //! ```toml
+//! [dependencies]
+//! burn = { version = "0.22", features = ["flex", "autodiff"] }
+//! # remat's controls (policies, regions, statistics), reached through the patched crate
+//! remat = { package = "burn-autodiff", version = "0.22" }
+//!
 //! [patch.crates-io]
-//! burn-autodiff = { path = "<checkout>/crates/burn-autodiff" }   # or git = "..."
+//! burn-autodiff = { path = "../remat/crates/burn-autodiff" }   # this repository's checkout
 //! ```
 //!
-//! and every Burn model, optimizer and training loop (which reach autodiff through
-//! `burn-dispatch`) runs on remat, on any inner backend.
+//! then `cargo update -p burn-autodiff`. Every Burn model, optimizer and training loop (which
+//! reach autodiff through `burn-dispatch`) runs on remat, on any inner backend.
 //!
-//! This crate only re-exports remat under the module paths Burn's dispatch layer names:
+//! Reaching the controls through this crate (`remat::set_policy`, `remat::checkpoint`,
+//! `remat::stats`: every item of the [remat] crate is re-exported at this crate's root) is
+//! what makes an inactive patch impossible to miss: if cargo does not apply the patch (it
+//! only warns), `remat` above is Burn's own `burn-autodiff`, and code that calls
+//! `remat::set_policy` does not compile.
+//!
+//! The crate also re-exports remat under the module paths Burn's dispatch layer names:
 //!
 //! | Burn path | remat item |
 //! |---|---|
@@ -21,8 +32,9 @@
 //! | [`ops::DifferentiableTransfer`] (and the inherent `Autodiff::to_backend`) | [`remat::ops::DifferentiableTransfer`] |
 //! | [`NodeId`] | [`remat::NodeId`] |
 //!
-//! remat's own API (policies, regions, statistics) is reached through [`remat`] itself,
-//! re-exported here as [`remat`] for convenience.
+//! Where a Burn module path and a remat item share a name, Burn's module wins (a glob
+//! re-export yields to named items): `checkpoint` is Burn's module here and, in the value
+//! namespace, remat's [`checkpoint()`](remat::checkpoint()) function.
 //!
 //! # Feature flags
 //! - `std` (default): forwarded to remat (required by the engine).
@@ -32,6 +44,8 @@
 #![deny(missing_docs)]
 
 pub use remat;
+// remat's whole API at the root (see the crate docs); named items below take precedence.
+pub use remat::*;
 pub use remat::{Autodiff, AutodiffTensor, NodeId};
 
 /// Checkpointing, under Burn's path `burn_autodiff::checkpoint`.

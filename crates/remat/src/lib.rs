@@ -19,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+mod active;
 mod backend;
 pub mod checkpoint;
 pub mod grads;
@@ -27,6 +28,7 @@ pub mod ops;
 pub mod stats;
 mod tensor;
 
+pub use active::is_active;
 pub use backend::Autodiff;
 pub use checkpoint::checkpoint;
 pub use checkpoint::policy::{

@@ -275,9 +275,18 @@ impl fmt::Display for Stats {
         for (op, n) in &self.replays_by_op {
             write!(f, "\n  {op}: {n}")?;
         }
+        if !crate::is_active() {
+            write!(f, "\n{INACTIVE}")?;
+        }
         Ok(())
     }
 }
+
+/// The note `Stats` prints while remat has tracked no tensor in this process.
+const INACTIVE: &str = "note: remat has tracked no tensor in this process. If Burn trained a model \
+    here, it ran on Burn's own autodiff: the `[patch.crates-io] burn-autodiff` line did not apply \
+    (run `cargo update -p burn-autodiff`, then check `cargo tree -i burn-autodiff`; see remat's \
+    README, \"Setup\").";
 
 /// Formats a byte count with a binary unit (`512 B`, `1.5 MiB`), as the reports do.
 pub fn format_bytes(bytes: u64) -> String {

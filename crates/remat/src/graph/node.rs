@@ -203,6 +203,7 @@ impl<B: Backend> Node<B> {
 
     /// A leaf with a given id and distributed parameters.
     pub(crate) fn leaf_with(id: NodeId, distributed: Option<DistributedParams>) -> Arc<Self> {
+        crate::active::mark();
         Arc::new(Self {
             id,
             distributed: distributed.map(Box::new),
