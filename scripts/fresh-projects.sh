@@ -7,7 +7,10 @@
 #
 #   newest  `burn = "0.22"` on a fresh machine: resolves to the newest Burn 0.22.x release;
 #   pinned  `burn = "=0.22.0"` with a Cargo.lock written before 0.22.1 existed (every Burn
-#           crate at 0.22.0, Burn's own burn-autodiff among them).
+#           crate at 0.22.0, Burn's own burn-autodiff among them);
+#   stale   the pinned project with README.md's step 3 (`cargo update -p burn-autodiff`)
+#           skipped: the patch cannot apply, and the build must FAIL (remat's controls do not
+#           exist in Burn's own burn-autodiff) rather than train silently without remat.
 #
 # Each must resolve `burn-autodiff` to this repository's crates/burn-autodiff (checked with
 # `cargo tree -i burn-autodiff`), build without cargo's "patch ... was not used" warning (an
@@ -15,7 +18,7 @@
 # training program that asserts it ran on remat (replays counted, gradients equal to a
 # SaveAll run).
 #
-# Usage: scripts/fresh-projects.sh [newest|pinned]...   (both by default)
+# Usage: scripts/fresh-projects.sh [newest|pinned|stale]...   (all by default)
 # Both projects build into $CARGO_TARGET_DIR (default: target/ of this repository), with the
 # workspace's profile, so whatever they share with the test workspace is built once.
 set -euo pipefail
@@ -24,7 +27,7 @@ ROOT="$(pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 WORK="${REMAT_FRESH_DIR:-$CARGO_TARGET_DIR/fresh-projects}"
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(newest pinned)
+[ ${#cases[@]} -gt 0 ] || cases=(newest pinned stale)
 
 fail() {
     printf '\nFAILED (fresh project %s): %s\n' "$1" "$2" >&2
@@ -44,6 +47,9 @@ name = "remat-fresh-$2"
 version = "0.1.0"
 edition = "2024"
 publish = false
+
+# A project of its own, even when generated inside this repository's target directory.
+[workspace]
 
 [dependencies]
 burn = { version = "$1", $FEATURES }
@@ -83,8 +89,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::nn::{Gelu, Linear, LinearConfig};
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 
 /// Whether `Net::forward` wraps each block in a remat region.
@@ -94,7 +100,7 @@ static REGIONS: AtomicBool = AtomicBool::new(true);
 struct Net {
     blocks: Vec<Linear>,
     head: Linear,
-    relu: Relu,
+    gelu: Gelu,
 }
 
 impl Net {
@@ -102,17 +108,18 @@ impl Net {
         Self {
             blocks: (0..3).map(|_| LinearConfig::new(32, 32).init(device)).collect(),
             head: LinearConfig::new(32, 1).init(device),
-            relu: Relu::new(),
+            gelu: Gelu::new(),
         }
     }
 
     fn forward(&self, mut x: Tensor<2>) -> Tensor<2> {
         for block in &self.blocks {
             x = if REGIONS.load(Ordering::Relaxed) {
-                // A remat region per block: its values are rebuilt in backward.
-                remat::checkpoint(|| self.relu.forward(block.forward(x.clone())))
+                // A remat region per block: GELU's backward reads its input, the linear's output,
+                // which the region drops and rebuilds in backward.
+                remat::checkpoint(|| self.gelu.forward(block.forward(x.clone())))
             } else {
-                self.relu.forward(block.forward(x))
+                self.gelu.forward(block.forward(x))
             };
         }
         self.head.forward(x)
@@ -137,7 +144,7 @@ fn train(device: &Device) -> (Vec<f32>, u64) {
     for _ in 0..4 {
         remat::reset_stats();
         let loss = MseLoss::new().forward(model.forward(x.clone()), y.clone(), Reduction::Mean);
-        losses.push(loss.clone().into_data().to_vec::<f32>().unwrap()[0]);
+        losses.push(loss.clone().into_data().try_to_vec::<f32>().unwrap()[0]);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         replays.get_or_insert(remat::stats().replays);
         model = optim.step(1e-2, model, grads);
@@ -171,23 +178,38 @@ run_case() {
     newest)
         manifest "0.22" newest user >"$dir/Cargo.toml"
         ;;
-    pinned)
+    pinned | stale)
         # A lock written when 0.22.0 was the newest release: the project without remat, with
         # every Burn crate that has a 0.22.0 release locked at it (burn-std has none).
-        manifest "=0.22.0" pinned old >"$dir/Cargo.toml"
+        manifest "=0.22.0" "$name" old >"$dir/Cargo.toml"
         (cd "$dir" && cargo generate-lockfile -q) || fail "$name" "could not write the old lock"
         grep -A1 '^name = "burn-autodiff"' "$dir/Cargo.lock" | grep -q 'version = "0.22.0"' \
             || fail "$name" "the old lock does not hold Burn's burn-autodiff 0.22.0"
         # The user's project as README.md says: burn pinned, remat's line, the patch line.
-        manifest "=0.22.0" pinned user >"$dir/Cargo.toml"
+        manifest "=0.22.0" "$name" user >"$dir/Cargo.toml"
         ;;
     *) fail "$name" "unknown case (newest or pinned)" ;;
     esac
 
+    if [ "$name" = stale ]; then
+        # Step 3 skipped: cargo keeps Burn's own burn-autodiff from the lock.
+        if (cd "$dir" && cargo check 2>&1) >"$dir/build.log"; then
+            fail "$name" "the project built without the patch: remat's controls were silent no-ops"
+        fi
+        grep -q 'was not used in the crate graph' "$dir/build.log" \
+            || fail "$name" "cargo did not warn that the patch was not used (see $dir/build.log)"
+        grep -Eq 'in crate .remat.|found module .remat::' "$dir/build.log" \
+            || fail "$name" "the build failed, but not at remat's controls (see $dir/build.log)"
+        grep -E '^(warning: patch|error)' "$dir/build.log" | head -n 3
+        printf 'as it should: without the update, the build stops at remat'"'"'s controls\n'
+        return
+    fi
+
     # README.md, "Setup", step 3.
     (cd "$dir" && cargo update -p burn-autodiff 2>&1) | tee "$dir/update.log"
     local tree
-    tree="$(cd "$dir" && cargo tree -i burn-autodiff -e normal 2>&1)" || fail "$name" "cargo tree failed: $tree"
+    tree="$(cd "$dir" && cargo tree -i burn-autodiff -e normal 2>"$dir/tree.log")" \
+        || fail "$name" "cargo tree failed: $(cat "$dir/tree.log")"
     printf '%s\n' "$tree" | head -n 4
     printf '%s\n' "$tree" | head -n 1 | grep -q "($ROOT/crates/burn-autodiff)" \
         || fail "$name" "cargo tree -i burn-autodiff does not resolve to $ROOT/crates/burn-autodiff"
@@ -204,6 +226,9 @@ run_case() {
     [ "${PIPESTATUS[0]}" -eq 0 ] || fail "$name" "cargo build failed (see $dir/build.log)"
     if grep -q 'was not used in the crate graph' "$dir/build.log" "$dir/update.log"; then
         fail "$name" "cargo says the burn-autodiff patch was not used"
+    fi
+    if grep -q "^warning: \`remat-fresh-$name\`" "$dir/build.log"; then
+        fail "$name" "the program compiles with warnings (see $dir/build.log)"
     fi
     "$CARGO_TARGET_DIR/debug/remat-fresh-$name" || fail "$name" "the training program failed"
 }

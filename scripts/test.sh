@@ -4,7 +4,10 @@
 #      the model programs of crates/remat-models and writes reference values;
 #   2. the oracle's own tests: backend-level parity, Burn's autodiff vs remat in one process;
 #   3. every test of the main workspace, including the model-level parity test that reads the
-#      references of step 1 (required here: a missing reference is a failure, not a skip).
+#      references of step 1 (required here: a missing reference is a failure, not a skip);
+#   4. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
+#      projects, the newest Burn 0.22.x and one pinned to 0.22.0 with an old lock, must
+#      resolve burn-autodiff to this repository and train on remat.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -47,6 +50,11 @@ elapsed "$start"
 start=$SECONDS
 step "main workspace: cargo test --workspace"
 cargo test --workspace || fail "the main workspace tests (cargo test --workspace)"
+elapsed "$start"
+
+start=$SECONDS
+step "fresh Burn projects set up as README.md says (newest 0.22.x; =0.22.0 with an old lock)"
+./scripts/fresh-projects.sh || fail "the fresh-project check (scripts/fresh-projects.sh)"
 elapsed "$start"
 
 step "disk after the build"
