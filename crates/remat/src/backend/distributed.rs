@@ -109,16 +109,10 @@ pub(crate) fn set_params<B: Backend>(
     tensor: AutodiffTensor<B>,
     param_id: DistributedParamId,
 ) -> AutodiffTensor<B> {
-    let AutodiffTensor { primitive, node } = tensor;
-    let node = match node {
+    let node = match &tensor.node {
         // A tensor that requires no gradient has nothing to synchronise; marking it must
         // not make it require one.
-        None => {
-            return AutodiffTensor {
-                primitive,
-                node: None,
-            };
-        }
+        None => return tensor,
         Some(node) if node.kind == NodeKind::Leaf => {
             Node::leaf_with(node.id, Some(DistributedParams { param_id }))
         }
@@ -128,10 +122,7 @@ pub(crate) fn set_params<B: Backend>(
             node.name
         ),
     };
-    AutodiffTensor {
-        primitive,
-        node: Some(node),
-    }
+    AutodiffTensor::tracked(tensor.primitive, node)
 }
 
 /// The distributed parameters of a tensor, if it is a distributed parameter.

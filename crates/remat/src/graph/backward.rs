@@ -16,7 +16,9 @@ use crate::tensor::AutodiffTensor;
 /// Runs backward from `root`.
 pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
     let mut grads = Gradients::new();
-    let AutodiffTensor { primitive, node } = root;
+    let AutodiffTensor {
+        primitive, node, ..
+    } = root;
     let Some(node) = node else {
         return grads;
     };

@@ -324,7 +324,9 @@ fn edge<B: Backend>(
     needed: bool,
     op: &'static str,
 ) -> (Input<B>, FloatTensor<B>) {
-    let AutodiffTensor { primitive, node } = input;
+    let AutodiffTensor {
+        primitive, node, ..
+    } = input;
     let mut held = None;
     if needed {
         match &node {
@@ -360,10 +362,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
         reads,
     };
     let node = Arc::new(Node::op(info, placement, op, slot));
-    AutodiffTensor {
-        primitive: output,
-        node: Some(node),
-    }
+    AutodiffTensor::tracked(output, node)
 }
 
 /// One input of a custom op (Burn's `Backward` API, [`crate::ops::custom`]).
