@@ -40,7 +40,7 @@ pub struct AutodiffTensor<B: BackendTypes> {
 impl<B: BackendTypes> Clone for AutodiffTensor<B> {
     fn clone(&self) -> Self {
         let untracked_id = match self.node {
-            Some(_) => UntrackedId::UNMINTED,
+            Some(_) => UntrackedId::unminted(),
             // INVARIANT: a clone carries the original's id, minted now if it was not yet.
             None => UntrackedId::minted(self.untracked_id.get()),
         };
@@ -58,7 +58,9 @@ impl<B: BackendTypes> Clone for AutodiffTensor<B> {
 struct UntrackedId(AtomicU64);
 
 impl UntrackedId {
-    const UNMINTED: Self = Self(AtomicU64::new(0));
+    fn unminted() -> Self {
+        Self(AtomicU64::new(0))
+    }
 
     fn minted(id: NodeId) -> Self {
         Self(AtomicU64::new(id.value))
@@ -87,7 +89,7 @@ impl<B: BackendTypes> AutodiffTensor<B> {
         Self {
             primitive,
             node: Some(node),
-            untracked_id: UntrackedId::UNMINTED,
+            untracked_id: UntrackedId::unminted(),
         }
     }
 
@@ -109,7 +111,7 @@ impl<B: Backend> AutodiffTensor<B> {
         Self {
             primitive,
             node: None,
-            untracked_id: UntrackedId::UNMINTED,
+            untracked_id: UntrackedId::unminted(),
         }
     }
 
@@ -154,7 +156,7 @@ impl<B: Backend> AutodiffTensor<B> {
         match self.node {
             Some(node) if node.kind == NodeKind::Leaf => Self::tracked(
                 self.primitive,
-                Node::leaf_with(NodeId::new(), node.distributed.as_deref().cloned()),
+                Node::leaf_with(NodeId::new(), node.lock().distributed.as_deref().cloned()),
             ),
             _ => Self::new(self.primitive),
         }

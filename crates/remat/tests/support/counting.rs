@@ -155,7 +155,9 @@ impl<B: Backend> DistributedOps<Self> for Counting<B> {
     fn close_communication_server(_device: &Device<Self>) {}
 
     fn register_sync_parameters(_device: &Device<Self>, params: Vec<DistributedParams>) {
-        record(Event::Register(params.into_iter().map(|p| p.param_id).collect()));
+        record(Event::Register(
+            params.into_iter().map(|p| p.param_id).collect(),
+        ));
     }
 
     fn submit_sync_collective(_device: &Device<Self>) {
