@@ -6,11 +6,13 @@
 //!
 //! # Invariants
 //! - At most one gradient per node: registering a second one adds it to the first.
+//! - A gradient listed in `unsynced` is synchronised before anything reads it, through any
+//!   method of the container (NOTE [lazy-collectives] in `backend/distributed.rs`).
 
 use std::any::Any;
 use std::collections::HashMap;
 
-use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 
 use crate::graph::NodeId;
 use crate::tensor::AutodiffTensor;
@@ -42,7 +44,14 @@ impl<B: BackendTypes> GradKey for &AutodiffTensor<B> {
 #[derive(Default)]
 pub struct Gradients {
     map: HashMap<NodeId, Box<dyn Any + Send>>,
+    /// Gradients a collective wrote that are not synchronised yet, each with the
+    /// synchronisation to run before it is read. Empty unless a backward pass all-reduced a
+    /// gradient; emptied when the pass ends.
+    unsynced: Vec<(NodeId, Synchronise)>,
 }
+
+/// A collective's synchronisation on one device (the inner backend's `sync_collective`).
+type Synchronise = Box<dyn Fn() + Send>;
 
 impl core::fmt::Debug for Gradients {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -80,6 +89,11 @@ impl Gradients {
     /// The gradient of a node (by id, or by tensor: `grads.get::<B>(&tensor)`), if any.
     pub fn get<B: Backend>(&self, key: impl GradKey) -> Option<FloatTensor<B>> {
         let id = key.grad_id()?;
+        // INVARIANT: synchronised before it is read; it stays listed (this borrow cannot
+        // take it off), and a second synchronisation is harmless.
+        for (_, synchronise) in self.unsynced.iter().filter(|(at, _)| *at == id) {
+            synchronise();
+        }
         self.map
             .get(&id)
             .and_then(|g| g.downcast_ref::<FloatTensor<B>>())
@@ -89,6 +103,7 @@ impl Gradients {
     /// Removes and returns the gradient of a node (by id or by tensor), if any.
     pub fn remove<B: Backend>(&mut self, key: impl GradKey) -> Option<FloatTensor<B>> {
         let id = key.grad_id()?;
+        self.synchronise(id);
         match self.map.remove(&id)?.downcast::<FloatTensor<B>>() {
             Ok(grad) => Some(*grad),
             Err(other) => {
@@ -102,8 +117,45 @@ impl Gradients {
     /// A mutable reference to the gradient of `id` (its address is stable while it stays in
     /// the container: gradients are boxed).
     pub(crate) fn get_mut<B: Backend>(&mut self, id: NodeId) -> Option<&mut FloatTensor<B>> {
+        self.synchronise(id);
         self.map
             .get_mut(&id)
             .and_then(|g| g.downcast_mut::<FloatTensor<B>>())
+    }
+
+    /// Registers (adds) a gradient that a collective wrote and that is not synchronised yet:
+    /// it is synchronised when it is first read, or by [`synchronise_all`] at the latest
+    /// (NOTE [lazy-collectives] in `backend/distributed.rs`).
+    ///
+    /// [`synchronise_all`]: Self::synchronise_all
+    pub(crate) fn register_unsynced<B: Backend>(&mut self, id: NodeId, grad: FloatTensor<B>) {
+        let device = grad.device();
+        if self.map.contains_key(&id) {
+            // Adding it to the gradient already there reads it now.
+            B::sync_collective(&device);
+            self.register::<B>(id, grad);
+            return;
+        }
+        self.map.insert(id, Box::new(grad));
+        self.unsynced
+            .push((id, Box::new(move || B::sync_collective(&device))));
+    }
+
+    /// Synchronises every gradient still waiting for its collective.
+    pub(crate) fn synchronise_all(&mut self) {
+        for (_, synchronise) in self.unsynced.drain(..) {
+            synchronise();
+        }
+    }
+
+    /// Synchronises the gradient of `id` if a collective wrote it and it is not yet.
+    fn synchronise(&mut self, id: NodeId) {
+        if self.unsynced.is_empty() {
+            return;
+        }
+        while let Some(at) = self.unsynced.iter().position(|(waiting, _)| *waiting == id) {
+            let (_, synchronise) = self.unsynced.swap_remove(at);
+            synchronise();
+        }
     }
 }

@@ -4,10 +4,21 @@
 //! The primitive does not depend on the checkpoint strategy: Burn's dispatch stores
 //! `FloatTensor<Autodiff<B>>` and runs `Autodiff<B, BalancedCheckpointing>` ops on it.
 //!
+//! NOTE [untracked-ids]: Burn's custom-op API names tensors by id ([`AutodiffTensor::id`]):
+//! a custom op saves its inputs' ids in its state and reads their values back under them.
+//! A tracked tensor's id is its node's. An untracked tensor has no node (untracked ops record
+//! nothing and allocate nothing), so its id lives in the tensor itself: minted the first time
+//! it is asked for, or the first time the tensor is cloned, whichever comes first, and copied
+//! into every clone from then on. The same tensor and its clones therefore give one id, and
+//! an untracked op result that is never cloned nor asked for its id costs no mint.
+//!
 //! # Invariants
 //! - `node` is `None` exactly when the tensor is untracked: ops on untracked tensors record
 //!   nothing.
+//! - `untracked_id` is unminted (zero) on tracked tensors; on an untracked tensor, once
+//!   minted it never changes, and a clone carries the same id.
 
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
@@ -17,11 +28,81 @@ use crate::grads::Gradients;
 use crate::graph::{Node, NodeId, NodeKind, backward};
 
 /// A float tensor of [`Autodiff`](crate::Autodiff) over inner backend `B`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct AutodiffTensor<B: BackendTypes> {
     /// The inner backend's tensor.
     pub primitive: FloatTensor<B>,
     pub(crate) node: Option<Arc<Node<B>>>,
+    /// The id of an untracked tensor, once minted (NOTE [untracked-ids]).
+    untracked_id: UntrackedId,
+}
+
+impl<B: BackendTypes> Clone for AutodiffTensor<B> {
+    fn clone(&self) -> Self {
+        let untracked_id = match self.node {
+            Some(_) => UntrackedId::unminted(),
+            // INVARIANT: a clone carries the original's id, minted now if it was not yet.
+            None => UntrackedId::minted(self.untracked_id.get()),
+        };
+        Self {
+            primitive: self.primitive.clone(),
+            node: self.node.clone(),
+            untracked_id,
+        }
+    }
+}
+
+/// The id of an untracked tensor, minted on first use (NOTE [untracked-ids]). Zero means
+/// not minted yet: [`NodeId::new`] never hands out zero.
+#[derive(Debug)]
+struct UntrackedId(AtomicU64);
+
+impl UntrackedId {
+    fn unminted() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    fn minted(id: NodeId) -> Self {
+        Self(AtomicU64::new(id.value))
+    }
+
+    /// The id, minted now if it was not yet. Two threads asking at once get the same one.
+    fn get(&self) -> NodeId {
+        let value = self.0.load(Ordering::Relaxed);
+        if value != 0 {
+            return NodeId { value };
+        }
+        let fresh = NodeId::new();
+        match self
+            .0
+            .compare_exchange(0, fresh.value, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => fresh,
+            Err(value) => NodeId { value },
+        }
+    }
+}
+
+impl<B: BackendTypes> AutodiffTensor<B> {
+    /// A tracked tensor: `primitive` is the value of `node`.
+    pub(crate) fn tracked(primitive: FloatTensor<B>, node: Arc<Node<B>>) -> Self {
+        Self {
+            primitive,
+            node: Some(node),
+            untracked_id: UntrackedId::unminted(),
+        }
+    }
+
+    /// The id of the tensor (Burn's `AutodiffTensor::id`): its node's when it is tracked,
+    /// otherwise its own, the same on every call and on every clone (NOTE [untracked-ids]).
+    /// It is the key of the tensor's gradient, and what a custom op saves and reads the
+    /// tensor's value under.
+    pub fn id(&self) -> NodeId {
+        match &self.node {
+            Some(node) => node.id,
+            None => self.untracked_id.get(),
+        }
+    }
 }
 
 impl<B: Backend> AutodiffTensor<B> {
@@ -30,6 +111,7 @@ impl<B: Backend> AutodiffTensor<B> {
         Self {
             primitive,
             node: None,
+            untracked_id: UntrackedId::unminted(),
         }
     }
 
@@ -56,10 +138,7 @@ impl<B: Backend> AutodiffTensor<B> {
     /// detach it first to start a new leaf from its value.
     pub fn require_grad(self) -> Self {
         match &self.node {
-            None => Self {
-                primitive: self.primitive,
-                node: Some(Node::leaf()),
-            },
+            None => Self::tracked(self.primitive, Node::leaf()),
             Some(node) if node.kind == NodeKind::Leaf => self,
             Some(node) => panic!(
                 "remat: require_grad on the output of op `{}`, which is not a leaf. Call \
@@ -75,13 +154,10 @@ impl<B: Backend> AutodiffTensor<B> {
     /// same distributed parameters); any other tensor becomes untracked.
     pub fn detach(self) -> Self {
         match self.node {
-            Some(node) if node.kind == NodeKind::Leaf => Self {
-                primitive: self.primitive,
-                node: Some(Node::leaf_with(
-                    NodeId::new(),
-                    node.distributed.as_deref().cloned(),
-                )),
-            },
+            Some(node) if node.kind == NodeKind::Leaf => Self::tracked(
+                self.primitive,
+                Node::leaf_with(NodeId::new(), node.lock().distributed.as_deref().cloned()),
+            ),
             _ => Self::new(self.primitive),
         }
     }
@@ -140,5 +216,24 @@ impl<B: BackendTypes> TensorMetadata for AutodiffTensor<B> {
 
     fn can_mut(&self) -> bool {
         self.primitive.can_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What tracking adds to every float tensor: the node pointer and the untracked id, one
+    /// word each (NOTE [untracked-ids]); nothing is allocated for an untracked tensor.
+    #[test]
+    fn a_tensor_is_its_inner_tensor_and_two_words() {
+        type F = burn_flex::Flex;
+        let inner = core::mem::size_of::<FloatTensor<F>>();
+        let tensor = core::mem::size_of::<AutodiffTensor<F>>();
+        assert_eq!(
+            tensor,
+            inner + 16,
+            "inner {inner} bytes, autodiff {tensor} bytes"
+        );
     }
 }

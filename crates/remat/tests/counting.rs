@@ -101,3 +101,38 @@ fn a_chain_of_diamonds_replays_linearly() {
         calls("float_mul")
     );
 }
+
+/// A transaction reaches the inner backend whole: one `tr_execute` (one sync on a device
+/// backend), not one read per tensor; float tensors go down unwrapped, tracked or not, and
+/// the data come back in the order they were registered.
+#[test]
+fn a_transaction_is_one_inner_transaction() {
+    use burn_backend::ops::{BoolTensorOps, IntTensorOps, TransactionPrimitive};
+    use burn_backend::{TensorPrimitive, read_sync};
+
+    let device = Default::default();
+    let tracked = leaf(&[1.0, 2.0]);
+    let derived = C::float_mul_scalar(tracked.clone(), 3.0.into());
+    let untracked = C::float_from_data(TensorData::from([5.0f32, 6.0, 7.0]), &device);
+    let ints = C::int_from_data(TensorData::from([4i64, 5]), &device);
+    let bools = C::bool_from_data(TensorData::from([true, false]), &device);
+    reset_calls();
+
+    let mut transaction = TransactionPrimitive::<C>::default();
+    transaction.register_float(TensorPrimitive::Float(derived));
+    transaction.register_int(ints);
+    transaction.register_float(TensorPrimitive::Float(untracked));
+    transaction.register_bool(bools);
+    transaction.register_float(TensorPrimitive::Float(tracked));
+    let data = read_sync(transaction.execute_async()).unwrap();
+
+    assert_eq!(calls("tr_execute"), 1);
+    assert_eq!(calls("float_into_data"), 0);
+    assert_eq!(calls("int_into_data") + calls("bool_into_data"), 0);
+    assert_eq!(data.len(), 5);
+    assert_eq!(data[0].try_to_vec::<f32>().unwrap(), [3.0, 6.0]);
+    assert_eq!(data[1].try_to_vec::<i64>().unwrap(), [4, 5]);
+    assert_eq!(data[2].try_to_vec::<f32>().unwrap(), [5.0, 6.0, 7.0]);
+    assert_eq!(data[3].try_to_vec::<bool>().unwrap(), [true, false]);
+    assert_eq!(data[4].try_to_vec::<f32>().unwrap(), [1.0, 2.0]);
+}

@@ -446,3 +446,44 @@ fn gradients_nodes_and_ids_as_burn_names_them() {
     assert_eq!(id.value, id.value());
     assert!(NodeId::new().value > id.value, "fresh ids increase");
 }
+
+/// An untracked tensor's id (Burn's `AutodiffTensor::id`, what a custom op saves its inputs
+/// under) is the same every time it is asked for, on the tensor and on its clones, and is
+/// the id its node guard and `checkpoint` hand out; two untracked tensors have two ids.
+#[test]
+fn an_untracked_tensor_has_one_stable_id() {
+    let plain = A::float_from_data(
+        burn_backend::TensorData::new(vec![1.0f64, 2.0], vec![2]),
+        &Default::default(),
+    );
+    let clone_before = plain.clone();
+    let id = plain.id();
+    assert_eq!(plain.id(), id, "asked twice");
+    assert_eq!(clone_before.id(), id, "a clone taken before the first id()");
+    assert_eq!(plain.clone().id(), id, "a clone taken after");
+    assert_eq!(plain.node().id(), id, "the node guard");
+    assert_eq!(plain.clone().into_parts().1.id(), id, "into_parts");
+    let other = A::float_exp(plain.clone());
+    assert_ne!(other.id(), id, "another tensor");
+
+    // A custom op that saves its inputs' ids in its state (as Burn's own ops do) and
+    // checkpoints them finds the untracked one under that id in backward.
+    let w = leaf(&[3.0, 4.0]);
+    let guards = [plain.node(), w.node()];
+    let out = Flex::float_mul(plain.primitive.clone(), w.primitive.clone());
+    let y = match Mul
+        .prepare::<NoCheckpointing>(guards)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(mut prep) => {
+            let state = (plain.id(), w.id());
+            assert_eq!(prep.checkpoint(&plain), id, "checkpoint");
+            prep.checkpoint(&w);
+            prep.finish(state, out)
+        }
+        OpsKind::UnTracked(_) => panic!("w is tracked"),
+    };
+    let grads = A::backward(A::float_sum(y));
+    assert_eq!(values(A::grad(&w, &grads).unwrap()), vec![1.0, 2.0]);
+}

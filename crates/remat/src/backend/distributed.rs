@@ -1,9 +1,29 @@
 //! Distributed data-parallel hooks.
 //!
-//! Parameters marked with `set_distributed_params` are leaves that carry their
-//! [`DistributedParams`]. In backward, a leaf's gradient is complete when the leaf's turn
-//! comes (every consumer has stepped before it); it is then submitted to the inner backend's
-//! gradient synchronisation, and the pass ends with a sync collective, as in Burn.
+//! NOTE [distributed-backward]: what the inner backend's gradient synchronisation sees is
+//! what Burn's autodiff sends it (burn-train's data-parallel strategy drives it through
+//! `DistributedContext`):
+//! - Parameters marked with `set_distributed_params` are leaves that carry their
+//!   [`DistributedParams`] in their node's state. Marking sets it in place, in the node that
+//!   every graph recorded with the leaf already holds: a leaf read by an op and marked
+//!   afterwards is synchronised too (Burn looks its steps up by id when backward runs).
+//! - A backward pass whose graph holds distributed leaves first registers them all, once,
+//!   with `register_sync_parameters` on the loss's device, before any gradient exists.
+//! - A leaf's gradient is complete when the leaf's turn comes (every consumer has stepped
+//!   before it): it is then submitted with `submit_gradient_sync` (the inner backend reduces
+//!   it in place, asynchronously).
+//! - Every backward pass ends with `submit_sync_collective` on the loss's device, whether or
+//!   not its graph holds distributed leaves, and even when the loss is untracked: every
+//!   device takes part in the collective barrier once per pass.
+//! - Distributed leaves must live on the loss's inner backend (the synchronisation server is
+//!   per backend), as Burn requires; otherwise backward panics before it starts.
+//!
+//! NOTE [lazy-collectives]: `all_reduce` returns the inner backend's result unsynchronised
+//! (its `CollectiveTensor`), and the caller's `resolve()` synchronises it, as Burn's
+//! contract says. In backward, the all-reduce of a gradient is registered unsynchronised and
+//! synchronised when it is first read (by the next step that reads that gradient, or when
+//! the pass ends at the latest: see `Gradients::register_unsynced`), so the reduction can
+//! overlap the steps in between.
 
 use burn_backend::distributed::{
     CollectiveTensor, DistributedOps, DistributedParamId, DistributedParams, ReduceOperation,
@@ -11,15 +31,13 @@ use burn_backend::distributed::{
 };
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DeviceId};
-use smallvec::smallvec;
 
 use crate::backend::Autodiff;
 use crate::checkpoint::policy::{Cost, OpInfo};
 use crate::checkpoint::strategy::CheckpointStrategy;
 use crate::grads::Gradients;
-use crate::graph::{Node, NodeId, NodeKind};
-use crate::ops::rule::{Reads, Rule, Tracked, Values, Vjp, record};
-use crate::ops::unary::take1;
+use crate::graph::{NodeId, NodeKind};
+use crate::ops::rule::{Reads, Rule, Tracked, Values, Vjp, record_unread};
 use crate::tensor::AutodiffTensor;
 
 impl<B: Backend, C: CheckpointStrategy> DistributedOps<Self> for Autodiff<B, C> {
@@ -55,8 +73,23 @@ impl<B: Backend, C: CheckpointStrategy> DistributedOps<Self> for Autodiff<B, C> 
         op: ReduceOperation,
         device_ids: Vec<DeviceId>,
     ) -> CollectiveTensor<Self> {
-        let rule = AllReduce { op, device_ids };
-        CollectiveTensor::new(record(rule, smallvec![tensor], C::BALANCED))
+        let AutodiffTensor {
+            primitive, node, ..
+        } = tensor;
+        // The input's value goes to the inner backend by move (nothing reads it again), so
+        // a backend that reduces a uniquely held tensor in place still can.
+        let collective = B::all_reduce(primitive, op, device_ids.clone());
+        // SAFETY (of the contract, not of memory): the handle is only wrapped again in the
+        // `CollectiveTensor` returned to the caller, whose `resolve()` synchronises it
+        // through `sync_collective` (NOTE [lazy-collectives]); recording reads none of it.
+        let reduced = unsafe { collective.assume_resolved() };
+        let output = match node {
+            None => AutodiffTensor::new(reduced),
+            Some(parent) => {
+                record_unread(AllReduce { op, device_ids }, parent, C::BALANCED, reduced)
+            }
+        };
+        CollectiveTensor::new(output)
     }
 
     fn sync_collective(device: &B::Device) {
@@ -80,9 +113,8 @@ impl<B: Backend> Rule<B> for AllReduce {
         }
     }
 
-    fn forward(&self, inputs: Values<B>) -> FloatTensor<B> {
-        let [x] = take1::<B>(inputs);
-        B::all_reduce(x, self.op, self.device_ids.clone()).resolve()
+    fn forward(&self, _inputs: Values<B>) -> FloatTensor<B> {
+        panic!("remat internal error: an all-reduce is never replayed")
     }
 
     fn reads(&self, _tracked: Tracked) -> Reads {
@@ -90,8 +122,10 @@ impl<B: Backend> Rule<B> for AllReduce {
     }
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, grad: FloatTensor<B>) {
-        let grad = B::all_reduce(grad, self.op, self.device_ids.clone()).resolve();
-        cx.set(0, grad);
+        let reduced = B::all_reduce(grad, self.op, self.device_ids.clone());
+        // SAFETY (of the contract): registered unsynchronised; the gradients container
+        // synchronises it before anything reads it (NOTE [lazy-collectives]).
+        cx.set_unsynced(0, unsafe { reduced.assume_resolved() });
     }
 
     fn replayable(&self) -> bool {
@@ -99,7 +133,9 @@ impl<B: Backend> Rule<B> for AllReduce {
     }
 }
 
-/// Marks a parameter (a leaf that requires a gradient) as distributed.
+/// Marks a parameter (a leaf that requires a gradient) as distributed, in place: the graphs
+/// that already read the leaf synchronise its gradient too (NOTE [distributed-backward]).
+/// Marking it again replaces its parameters.
 ///
 /// An untracked tensor is returned unchanged (it has no gradient to synchronise).
 ///
@@ -109,34 +145,29 @@ pub(crate) fn set_params<B: Backend>(
     tensor: AutodiffTensor<B>,
     param_id: DistributedParamId,
 ) -> AutodiffTensor<B> {
-    let AutodiffTensor { primitive, node } = tensor;
-    let node = match node {
+    match &tensor.node {
         // A tensor that requires no gradient has nothing to synchronise; marking it must
         // not make it require one.
-        None => {
-            return AutodiffTensor {
-                primitive,
-                node: None,
-            };
-        }
+        None => {}
         Some(node) if node.kind == NodeKind::Leaf => {
-            Node::leaf_with(node.id, Some(DistributedParams { param_id }))
+            node.lock().distributed = Some(Box::new(DistributedParams { param_id }));
         }
         Some(node) => panic!(
             "remat: set_distributed_params on the output of op `{}`; only parameters (leaf \
              tensors) can be distributed",
             node.name
         ),
-    };
-    AutodiffTensor {
-        primitive,
-        node: Some(node),
     }
+    tensor
 }
 
 /// The distributed parameters of a tensor, if it is a distributed parameter.
 pub(crate) fn params<B: Backend>(tensor: &AutodiffTensor<B>) -> Option<DistributedParams> {
-    tensor.node.as_ref()?.distributed.as_deref().cloned()
+    let node = tensor.node.as_ref()?;
+    if node.kind != NodeKind::Leaf {
+        return None;
+    }
+    node.lock().distributed.as_deref().cloned()
 }
 
 /// Submits the complete gradient of a distributed leaf for synchronisation.

@@ -4,32 +4,72 @@
 //! Cost: linear in nodes + edges. No recursion; no lock is held across steps (each node
 //! locks only itself, and its inputs child-first while it reads them).
 
+use core::any::TypeId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use burn_backend::{Backend, TensorMetadata};
+use burn_backend::distributed::DistributedParams;
+use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
-use super::{GraphNode, IdBuildHasher, NodeId};
+use super::{GraphNode, IdBuildHasher, Node, NodeId};
 use crate::grads::Gradients;
 use crate::tensor::AutodiffTensor;
 
 /// Runs backward from `root`.
+///
+/// # Panics
+/// If the pass reaches a node an earlier pass consumed (NOTE [no-retain-graph]), or a
+/// distributed parameter on another inner backend than the loss.
 pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
-    let mut grads = Gradients::new();
-    let AutodiffTensor { primitive, node } = root;
-    let Some(node) = node else {
-        return grads;
-    };
+    let AutodiffTensor {
+        primitive, node, ..
+    } = root;
     let device = primitive.device();
-    let ones = B::float_ones(primitive.shape(), &device, primitive.dtype().into());
-    drop(primitive);
+    let mut grads = match node {
+        Some(node) => run::<B>(node, primitive, &device),
+        // Untracked: nothing to differentiate.
+        None => Gradients::new(),
+    };
+    // NOTE [distributed-backward] in `backend/distributed.rs`: every pass ends with the sync
+    // collective, after its all-reduced gradients are synchronised (NOTE [lazy-collectives]).
+    grads.synchronise_all();
+    B::submit_sync_collective(&device);
+    grads
+}
+
+/// The pass proper, from a tracked root.
+fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device) -> Gradients {
+    let mut grads = Gradients::new();
+    let ones = B::float_ones(root.shape(), device, root.dtype().into());
+    drop(root);
     grads.register::<B>(node.id, ones);
 
     let order = topological_order(node);
-    let distributed: Vec<_> = order.iter().filter_map(|n| n.distributed()).collect();
-    let is_distributed = !distributed.is_empty();
-    if is_distributed {
-        B::register_sync_parameters(&device, distributed);
+    // The distributed leaves, by position in the order, read once: what is registered is
+    // what is submitted (NOTE [distributed-backward]).
+    let distributed: Vec<(usize, DistributedParams)> = order
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.distributed().map(|params| (i, params)))
+        .collect();
+    if let Some((i, _)) = distributed
+        .iter()
+        .find(|(i, _)| order[*i].backend() != TypeId::of::<B>())
+    {
+        for n in &order {
+            n.unclaim();
+        }
+        panic!(
+            "remat: distributed parameter {} is a tensor of another inner backend than the \
+             loss ({}); gradient synchronisation runs on the loss's backend, so every \
+             distributed parameter must live there (as in Burn)",
+            order[*i].describe(),
+            core::any::type_name::<B>()
+        );
+    }
+    if !distributed.is_empty() {
+        let params = distributed.iter().map(|(_, p)| p.clone()).collect();
+        B::register_sync_parameters(device, params);
     }
     for n in &order {
         n.plan_reads();
@@ -37,8 +77,13 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
     for n in &order {
         n.plan_rebuild();
     }
-    for n in &order {
+    let mut marked = distributed.iter().peekable();
+    for (i, n) in order.iter().enumerate() {
         n.step(&mut grads);
+        if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
+            // A leaf comes after all of its consumers: its gradient is complete.
+            n.submit_gradient(params, &mut grads);
+        }
     }
     let mut undrained = Vec::new();
     for n in &order {
@@ -51,9 +96,6 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
             "remat internal error: the checkpointer is not drained after backward: {}",
             undrained.join(", ")
         );
-    }
-    if is_distributed {
-        B::submit_sync_collective(&device);
     }
     grads
 }

@@ -49,9 +49,6 @@ pub(crate) struct Node<B: BackendTypes> {
     /// The op's name (`"leaf"` for leaves), for statistics and messages.
     pub(crate) name: &'static str,
     pub(crate) placement: Placement,
-    /// Set on leaves that are parameters of a distributed model: their gradient is
-    /// submitted for synchronisation once complete.
-    pub(crate) distributed: Option<Box<DistributedParams>>,
     pub(crate) state: Mutex<State<B>>,
 }
 
@@ -65,6 +62,11 @@ pub(crate) struct State<B: BackendTypes> {
     pub(crate) slot: Slot<B>,
     /// Reads still to come in the running backward pass.
     pub(crate) n_required: usize,
+    /// Set on leaves that are parameters of a distributed model: their gradient is
+    /// submitted for synchronisation once complete. Marking a leaf sets it here, in the node
+    /// that every graph already recorded with the leaf holds (NOTE [distributed-backward]
+    /// in `backend/distributed.rs`).
+    pub(crate) distributed: Option<Box<DistributedParams>>,
 }
 
 /// What a recorded op keeps until its backward step runs.
@@ -206,7 +208,6 @@ impl<B: Backend> Node<B> {
         crate::active::mark();
         Arc::new(Self {
             id,
-            distributed: distributed.map(Box::new),
             kind: NodeKind::Leaf,
             name: "leaf",
             placement: Placement {
@@ -220,6 +221,7 @@ impl<B: Backend> Node<B> {
                 consumed: false,
                 slot: Slot::Unneeded,
                 n_required: 0,
+                distributed: distributed.map(Box::new),
             }),
         })
     }
@@ -228,7 +230,6 @@ impl<B: Backend> Node<B> {
     pub(crate) fn op(info: OpInfo, placement: Placement, op: OpState<B>, slot: Slot<B>) -> Self {
         Self {
             id: NodeId::new(),
-            distributed: None,
             kind: NodeKind::Op,
             name: info.name,
             placement,
@@ -237,6 +238,7 @@ impl<B: Backend> Node<B> {
                 consumed: false,
                 slot,
                 n_required: 0,
+                distributed: None,
             }),
         }
     }
@@ -357,6 +359,12 @@ pub(crate) trait GraphNode: Send + Sync {
 
     /// The distributed parameters of a leaf, if any.
     fn distributed(&self) -> Option<DistributedParams>;
+
+    /// Submits this leaf's gradient, complete now, for synchronisation under `params`.
+    fn submit_gradient(&self, params: &DistributedParams, grads: &mut Gradients);
+
+    /// The inner backend of the node (a graph may span several).
+    fn backend(&self) -> core::any::TypeId;
 }
 
 impl<B: Backend> GraphNode for Node<B> {
@@ -427,11 +435,6 @@ impl<B: Backend> GraphNode for Node<B> {
 
     fn step(&self, grads: &mut Gradients) {
         if self.kind == NodeKind::Leaf {
-            // Every consumer has stepped (leaves come last in the order): the gradient is
-            // complete.
-            if let Some(params) = &self.distributed {
-                crate::backend::submit_leaf_gradient::<B>(self.id, params, grads);
-            }
             return;
         }
         let rebuild_own = {
@@ -466,7 +469,18 @@ impl<B: Backend> GraphNode for Node<B> {
     }
 
     fn distributed(&self) -> Option<DistributedParams> {
-        self.distributed.as_deref().cloned()
+        if self.kind != NodeKind::Leaf {
+            return None;
+        }
+        self.lock().distributed.as_deref().cloned()
+    }
+
+    fn submit_gradient(&self, params: &DistributedParams, grads: &mut Gradients) {
+        crate::backend::submit_leaf_gradient::<B>(self.id, params, grads);
+    }
+
+    fn backend(&self) -> core::any::TypeId {
+        core::any::TypeId::of::<B>()
     }
 
     fn describe(&self) -> String {

@@ -125,17 +125,15 @@ impl NodeGuard {
 
 impl<B: Backend> AutodiffTensor<B> {
     /// The tensor's graph node, for a custom op's [`Backward::prepare`] (take it before the
-    /// tensor is consumed). An untracked tensor gets a fresh id and no node.
+    /// tensor is consumed). An untracked tensor has no node; the guard carries its
+    /// [`id`](AutodiffTensor::id).
     pub fn node(&self) -> NodeGuard {
-        match &self.node {
-            Some(node) => NodeGuard {
-                id: node.id,
-                node: Some(node.clone() as Arc<dyn Any + Send + Sync>),
-            },
-            None => NodeGuard {
-                id: NodeId::new(),
-                node: None,
-            },
+        NodeGuard {
+            id: self.id(),
+            node: self
+                .node
+                .clone()
+                .map(|node| node as Arc<dyn Any + Send + Sync>),
         }
     }
 
@@ -143,13 +141,6 @@ impl<B: Backend> AutodiffTensor<B> {
     pub fn into_parts(self) -> (FloatTensor<B>, NodeGuard) {
         let guard = self.node();
         (self.primitive, guard)
-    }
-
-    /// The id of the tensor's node (Burn's `AutodiffTensor::id`): the key of its gradient,
-    /// and what a retro-forward reads the tensor's value under. An untracked tensor has no
-    /// node and gets a fresh id on each call.
-    pub fn id(&self) -> NodeId {
-        self.node_id().unwrap_or_else(NodeId::new)
     }
 
     /// The inner backend's tensor, borrowed.
@@ -368,7 +359,7 @@ where
     /// Keeps `tensor` for the backward, which reads it with
     /// [`Checkpointer::retrieve_node_output`] under the returned id.
     pub fn checkpoint(&mut self, tensor: &AutodiffTensor<B>) -> NodeId {
-        let id = tensor.node_id().unwrap_or_else(NodeId::new);
+        let id = tensor.id();
         self.checkpoints.push((id, tensor.clone()));
         id
     }

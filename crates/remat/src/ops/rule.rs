@@ -174,6 +174,17 @@ impl<'a, B: Backend> Vjp<'a, B> {
         }
     }
 
+    /// Like [`set`](Self::set), with a gradient a collective wrote that is not synchronised
+    /// yet: it is synchronised before it is first read (NOTE [lazy-collectives] in
+    /// `backend/distributed.rs`).
+    pub(crate) fn set_unsynced(&mut self, i: usize, grad: FloatTensor<B>) {
+        match &self.inputs[i].node {
+            Some(node) => self.grads.register_unsynced::<B>(node.id, grad),
+            // Nothing will read it: synchronise before its buffer is released.
+            None => B::sync_collective(&grad.device()),
+        }
+    }
+
     /// The id of the node whose step this is.
     pub(crate) fn node_id(&self) -> NodeId {
         self.node.id
@@ -229,6 +240,36 @@ pub(crate) fn record_computed<B: Backend, R: Rule<B>>(
     output: FloatTensor<B>,
 ) -> AutodiffTensor<B> {
     record_impl(rule, inputs, balanced, Some(output))
+}
+
+/// Records `rule` over one tracked input whose value neither its backward nor a replay
+/// reads (the rule reads nothing and is never replayed), with the output the caller
+/// computed. The caller moves the input's value into its inner call (nothing here holds a
+/// clone), so an inner kernel that works in place on a uniquely held tensor still can.
+pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
+    rule: R,
+    parent: Arc<Node<B>>,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    debug_assert!(
+        !rule.replayable() && rule.reads(Tracked(1)) == Reads::NOTHING,
+        "remat internal error: record_unread on a rule that reads its input or is replayed"
+    );
+    let info = rule.info();
+    let placement = policy::place(&info, false, balanced);
+    let edge = Input {
+        node: Some(parent),
+        held: None,
+    };
+    finish_node(
+        rule,
+        info,
+        placement,
+        smallvec::smallvec![edge],
+        Reads::NOTHING,
+        output,
+    )
 }
 
 fn record_impl<B: Backend, R: Rule<B>>(
@@ -324,7 +365,9 @@ fn edge<B: Backend>(
     needed: bool,
     op: &'static str,
 ) -> (Input<B>, FloatTensor<B>) {
-    let AutodiffTensor { primitive, node } = input;
+    let AutodiffTensor {
+        primitive, node, ..
+    } = input;
     let mut held = None;
     if needed {
         match &node {
@@ -360,10 +403,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
         reads,
     };
     let node = Arc::new(Node::op(info, placement, op, slot));
-    AutodiffTensor {
-        primitive: output,
-        node: Some(node),
-    }
+    AutodiffTensor::tracked(output, node)
 }
 
 /// One input of a custom op (Burn's `Backward` API, [`crate::ops::custom`]).

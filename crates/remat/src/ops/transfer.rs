@@ -99,7 +99,9 @@ impl<Src: Backend, C: CheckpointStrategy> Autodiff<Src, C> {
         Dst: Backend,
         Adapter: DifferentiableTransfer<Src, Dst>,
     {
-        let AutodiffTensor { primitive, node } = tensor;
+        let AutodiffTensor {
+            primitive, node, ..
+        } = tensor;
         let source_device = primitive.device();
         let output = Adapter::forward(primitive, device);
         let Some(parent) = node else {
@@ -117,9 +119,9 @@ impl<Src: Backend, C: CheckpointStrategy> Autodiff<Src, C> {
             inputs: SmallVec::new(),
             reads: Reads::NOTHING,
         };
-        AutodiffTensor {
-            primitive: output,
-            node: Some(Arc::new(Node::op(info, placement, op, Slot::Unneeded))),
-        }
+        AutodiffTensor::tracked(
+            output,
+            Arc::new(Node::op(info, placement, op, Slot::Unneeded)),
+        )
     }
 }

@@ -7,6 +7,11 @@
 //! method is `count(name); B::name(args)`. Methods whose types wrap the backend (pool-with-
 //! indices results, quantization parameters, ...) are written out below the generated ones
 //! or left to Burn's defaults.
+//!
+//! Transactions are counted (`tr_execute`) and handed to `B` whole. The distributed hooks
+//! ([`DistributedOps`]) do not reach `B` (Flex has no collectives): they are recorded, in
+//! order, as [`Event`]s ([`events`]), and simulate [`REPLICAS`] identical devices whose
+//! collectives sum (see [`Event`] for what each one does to its tensor).
 #![allow(dead_code, clippy::too_many_arguments)]
 
 use std::cell::RefCell;
@@ -14,12 +19,16 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::Range;
 
-use burn_backend::distributed::DistributedOps;
+use burn_backend::distributed::{
+    CollectiveTensor, DistributedOps, DistributedParamId, DistributedParams, ReduceOperation,
+    TensorRef,
+};
 use burn_backend::ops::*;
 use burn_backend::quantization::QuantizationParametersPrimitive;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
-    Backend, BackendTypes, DTypeUsageSet, Distribution, ExecutionError, Scalar, TensorData,
+    Backend, BackendTypes, DTypeUsageSet, DeviceId, Distribution, ExecutionError, Scalar,
+    TensorData,
 };
 use burn_std::{
     BoolDType, DType, FloatDType, IndexingUpdateOp, IntDType, PadMode, QuantScheme, Shape, Slice,
@@ -27,10 +36,48 @@ use burn_std::{
 
 thread_local! {
     static CALLS: RefCell<BTreeMap<&'static str, u64>> = const { RefCell::new(BTreeMap::new()) };
+    static TOTAL: RefCell<u64> = const { RefCell::new(0) };
+    static EVENTS: RefCell<Vec<(Event, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn count(op: &'static str) {
     CALLS.with(|c| *c.borrow_mut().entry(op).or_insert(0) += 1);
+    TOTAL.with(|t| *t.borrow_mut() += 1);
+}
+
+/// How many identical devices the simulated collectives reduce over.
+pub const REPLICAS: usize = 2;
+
+/// One call of a distributed hook on the inner backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `register_sync_parameters`, with the parameter ids in the order given.
+    Register(Vec<DistributedParamId>),
+    /// `submit_gradient_sync` for this parameter; the gradient is summed over the replicas
+    /// in place (multiplied by [`REPLICAS`]), as the sync server's all-reduce would.
+    SubmitGradient(DistributedParamId),
+    /// `submit_sync_collective`.
+    SubmitSyncCollective,
+    /// `all_reduce`; a sum over the replicas (times [`REPLICAS`]), a mean is the identity.
+    AllReduce,
+    /// `sync_collective`.
+    SyncCollective,
+}
+
+fn record(event: Event) {
+    let at = TOTAL.with(|t| *t.borrow());
+    EVENTS.with(|e| e.borrow_mut().push((event, at)));
+}
+
+/// The distributed hooks called on this thread since the last [`reset_calls`], in order.
+pub fn events() -> Vec<Event> {
+    EVENTS.with(|e| e.borrow().iter().map(|(event, _)| event.clone()).collect())
+}
+
+/// Like [`events`], each with the number of counted inner calls made before it on this
+/// thread (so a test can see whether other work ran between two hooks).
+pub fn timed_events() -> Vec<(Event, u64)> {
+    EVENTS.with(|e| e.borrow().clone())
 }
 
 /// Calls of inner op `op` on this thread since the last [`reset_calls`].
@@ -41,6 +88,8 @@ pub fn calls(op: &str) -> u64 {
 /// Resets this thread's call counts.
 pub fn reset_calls() {
     CALLS.with(|c| c.borrow_mut().clear());
+    TOTAL.with(|t| *t.borrow_mut() = 0);
+    EVENTS.with(|e| e.borrow_mut().clear());
 }
 
 /// The counting wrapper (see the module docs).
@@ -78,9 +127,69 @@ impl<B: Backend> Backend for Counting<B> {
     }
 }
 
-impl<B: Backend> TransactionOps<Self> for Counting<B> {}
+impl<B: Backend> TransactionOps<Self> for Counting<B> {
+    fn tr_execute(
+        transaction: TransactionPrimitive<Self>,
+    ) -> impl Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send {
+        count("tr_execute");
+        B::tr_execute(TransactionPrimitive::new(
+            transaction.read_floats,
+            transaction.read_qfloats,
+            transaction.read_ints,
+            transaction.read_bools,
+        ))
+    }
+}
 
-impl<B: Backend> DistributedOps<Self> for Counting<B> {}
+fn replicated_sum<B: Backend>(tensor: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_mul_scalar(tensor, Scalar::from(REPLICAS as f64))
+}
+
+impl<B: Backend> DistributedOps<Self> for Counting<B> {
+    fn start_communication_server(
+        _devices: &[Device<Self>],
+        _config: burn_backend::distributed::DistributedConfig,
+    ) {
+    }
+
+    fn close_communication_server(_device: &Device<Self>) {}
+
+    fn register_sync_parameters(_device: &Device<Self>, params: Vec<DistributedParams>) {
+        record(Event::Register(
+            params.into_iter().map(|p| p.param_id).collect(),
+        ));
+    }
+
+    fn submit_sync_collective(_device: &Device<Self>) {
+        record(Event::SubmitSyncCollective);
+    }
+
+    fn submit_gradient_sync(tensor: TensorRef<Self>, params: DistributedParams) {
+        record(Event::SubmitGradient(params.param_id));
+        // SAFETY: the caller hands a live gradient that nothing else touches until the
+        // backward pass ends (the contract of `submit_gradient_sync`).
+        unsafe {
+            let grad = (*tensor.0).clone();
+            *tensor.0 = replicated_sum::<B>(grad);
+        }
+    }
+
+    fn all_reduce(
+        tensor: FloatTensor<Self>,
+        op: ReduceOperation,
+        _device_ids: Vec<DeviceId>,
+    ) -> CollectiveTensor<Self> {
+        record(Event::AllReduce);
+        CollectiveTensor::new(match op {
+            ReduceOperation::Sum => replicated_sum::<B>(tensor),
+            ReduceOperation::Mean => tensor,
+        })
+    }
+
+    fn sync_collective(_device: &Device<Self>) {
+        record(Event::SyncCollective);
+    }
+}
 
 impl<B: Backend> FloatTensorOps<Self> for Counting<B> {
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
