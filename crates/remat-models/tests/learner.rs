@@ -21,6 +21,11 @@ fn region(layer: &dyn Fn() -> burn::tensor::Tensor<2>) -> burn::tensor::Tensor<2
     remat::checkpoint(layer)
 }
 
+/// A `remat::with_policy(RecomputeAll)` scope around each layer, inside the model's forward.
+fn scoped(layer: &dyn Fn() -> burn::tensor::Tensor<2>) -> burn::tensor::Tensor<2> {
+    remat::with_policy(Policy::RecomputeAll, layer)
+}
+
 /// How a run is set up.
 struct Run {
     checkpointing: bool,
@@ -93,8 +98,9 @@ fn assert_bits(what: &str, got: &TrainReport, want: &TrainReport) {
 }
 
 /// Single device: the steps run on the calling thread, so every control reaches them:
-/// regions in the model, a `with_policy` scope around `launch`, and `set_policy` on a
-/// gradient-checkpointing device. Each changes what is kept (replays), never the numbers.
+/// regions and scopes in the model, a `with_policy` scope around `launch`, and `set_policy`
+/// on a gradient-checkpointing device. Each changes what is kept (replays), never the
+/// numbers.
 #[test]
 fn every_control_reaches_single_device_steps() {
     let _exclusive = programs::exclusive();
@@ -107,6 +113,14 @@ fn every_control_reaches_single_device_steps() {
             "regions",
             Run {
                 layer: region,
+                ..PLAIN
+            },
+            true,
+        ),
+        (
+            "with_policy(RecomputeAll) inside the forward",
+            Run {
+                layer: scoped,
                 ..PLAIN
             },
             true,
@@ -167,13 +181,13 @@ fn per_step(what: &str, replays: u64, report: &TrainReport) -> u64 {
     replays / steps
 }
 
-/// Multi-device (two worker threads on the one Flex device): regions in the model and
-/// `set_policy` reach the workers, with as many replays per step as on the calling thread;
-/// a `with_policy` scope around `launch` does not (scopes are per thread, and the workers
-/// are burn-train's own threads). The workers' gradients are summed in arrival order, so
-/// only what is kept is compared here.
+/// Multi-device (two worker threads on the one Flex device): what the model's forward opens
+/// (regions, `with_policy` scopes) and `set_policy` reach the workers, with as many replays
+/// per step as on the calling thread; a `with_policy` scope around `launch` does not (scopes
+/// are per thread, and the workers are burn-train's own threads). The workers' gradients
+/// are summed in arrival order, so only what is kept is compared here.
 #[test]
-fn regions_and_set_policy_reach_worker_threads() {
+fn regions_scopes_in_the_model_and_set_policy_reach_worker_threads() {
     let _exclusive = programs::exclusive();
     let cases = [
         ("plain", PLAIN, false),
@@ -181,6 +195,14 @@ fn regions_and_set_policy_reach_worker_threads() {
             "regions",
             Run {
                 layer: region,
+                ..PLAIN
+            },
+            true,
+        ),
+        (
+            "with_policy(RecomputeAll) inside the forward",
+            Run {
+                layer: scoped,
                 ..PLAIN
             },
             true,
