@@ -1,4 +1,4 @@
-//! Runs every model program on Burn's own autodiff (Flex, single-threaded) and writes one
+//! Runs every model program on Burn's own autodiff (Flex) and writes one
 //! reference file per program: `<dir>/<program>.txt` (see `remat_oracle::reference::dir`,
 //! or pass the directory as the only argument).
 
@@ -25,7 +25,7 @@ fn main() {
             std::process::exit(1);
         }
         println!(
-            "oracle: {name:<12} loss {:.5} -> {:.5}  ({} params, {:.1?})  {}",
+            "oracle: {name:<21} loss {:.5} -> {:.5}  ({} params, {:.1?})  {}",
             report.losses.first().copied().unwrap_or(f32::NAN),
             report.losses.last().copied().unwrap_or(f32::NAN),
             report.params.iter().map(|p| p.values.len()).sum::<usize>(),

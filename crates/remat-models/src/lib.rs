@@ -2,8 +2,9 @@
 //!
 //! Small Burn models run on remat through the `[patch.crates-io] burn-autodiff` line of this
 //! workspace: the same programs users write, unchanged. [`programs`] holds the model programs
-//! (an MLP, a CNN, a transformer encoder and an LSTM), each training 20 Adam steps from
-//! seeded weights on fixed synthetic data. The `oracle/` workspace runs these very files on
+//! (MLPs, CNNs, transformers, recurrent nets, fine-tuning, FFTs, and an MLP trained through
+//! burn-train's `Learner`), each training 20 steps from seeded weights on fixed synthetic
+//! data. The `oracle/` workspace runs these very files on
 //! Burn's own autodiff; `tests/oracle_parity.rs` compares the two.
 //!
 //! The main example: `cargo run --release -p remat-models --example train`.

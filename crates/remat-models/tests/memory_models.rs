@@ -9,8 +9,8 @@
 //! dropped without backward (the heap then returns to where it was).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Mutex, Once};
 use std::time::Instant;
 
 use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderLayer};
@@ -63,14 +63,28 @@ struct Kept {
     stats: f64,
 }
 
-/// Runs `forward` once on a small input: lazily-initialised state (thread-locals, device
-/// settings, and the parameters, which Burn initialises at their first use) must not count
-/// as kept.
+/// Runs `forward` once on an input of the measured shape: lazily-initialised state
+/// (thread-locals, device settings, the parameters, which Burn initialises at their first
+/// use, and the inner kernels' per-thread buffers, sized by the shapes they see) must not
+/// count as kept.
+///
+/// Flex is built with its default features here (burn-train requires them): large matmuls
+/// and batched kernels run on rayon's global pool, whose threads keep per-thread packing
+/// buffers from their first job on. With several threads, which one first takes a job
+/// varies from run to run, so this binary pins the pool to one thread: every such buffer is
+/// then created here, before the measured window.
 fn warm_up<const D: usize>(
     device: &Device,
     shape: [usize; D],
     forward: impl FnOnce(Tensor<D>) -> Tensor<D>,
 ) {
+    static ONE_THREAD: Once = Once::new();
+    ONE_THREAD.call_once(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build_global()
+            .expect("rayon's global pool is configured before any Flex op of this binary");
+    });
     let len = shape.iter().product::<usize>();
     let x = Tensor::<D>::from_data(TensorData::new(synthetic(len, 3), shape), device);
     drop(forward(x.require_grad()));
@@ -164,8 +178,7 @@ fn mlp_regions_keep_at_most_055x_save_all() {
     let layer = |i: usize, x: Tensor<2>| gelu.forward(layers[i].forward(x));
     let shape = [MLP_BATCH, MLP_WIDTH];
 
-    // Parameters are initialised lazily, at their first use: use them all once.
-    warm_up(&device, [4, MLP_WIDTH], |x| {
+    warm_up(&device, shape, |x| {
         (0..MLP_LAYERS).fold(x, |x, i| remat::checkpoint(|| layer(i, x)))
     });
 
@@ -203,8 +216,7 @@ fn transformer_regions_keep_at_most_005x_save_all() {
     let layer = |i: usize, x: Tensor<3>| layers[i].forward(x, None, None);
     let shape = [TF_BATCH, TF_SEQ, TF_D_MODEL];
 
-    // Parameters are initialised lazily, at their first use: use them all once.
-    warm_up(&device, [1, 4, TF_D_MODEL], |x| {
+    warm_up(&device, shape, |x| {
         (0..TF_LAYERS).fold(x, |x, i| remat::checkpoint(|| layer(i, x)))
     });
 

@@ -171,3 +171,29 @@ fn qlora_matches_burn() {
 fn spectral_matches_burn() {
     check("spectral", programs::spectral::run);
 }
+
+#[test]
+fn learner_matches_burn() {
+    check("learner", programs::learner::run);
+}
+
+/// The Learner on a gradient-checkpointing device (`SupervisedTraining::gradient_checkpointing()`):
+/// Burn's `BalancedCheckpointing` against remat's under its default process-wide policy
+/// (`Balanced`; `tests/learner.rs` runs the others).
+#[test]
+fn learner_checkpointing_matches_burn() {
+    check(
+        "learner_checkpointing",
+        programs::learner::run_checkpointing,
+    );
+}
+
+/// One `remat::checkpoint` region per layer, opened inside the model's forward (so on whatever
+/// thread the Learner runs the step), against Burn's plain run.
+#[test]
+fn learner_with_regions_matches_burn() {
+    check("learner", |device| {
+        let _exclusive = programs::exclusive();
+        programs::learner::train(device, |layer| remat::checkpoint(layer), 1)
+    });
+}

@@ -13,6 +13,7 @@ pub mod cnn;
 pub mod conv1d;
 pub mod decoder;
 pub mod finetune;
+pub mod learner;
 pub mod losses;
 pub mod lstm;
 pub mod mlp;
@@ -72,6 +73,11 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("lora", finetune::run_lora as Program),
         ("qlora", finetune::run_qlora as Program),
         ("spectral", spectral::run as Program),
+        ("learner", learner::run as Program),
+        (
+            "learner_checkpointing",
+            learner::run_checkpointing as Program,
+        ),
     ]
 }
 
