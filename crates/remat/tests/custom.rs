@@ -615,3 +615,246 @@ fn a_custom_op_with_40_inputs_gets_exact_gradients() {
     drop((leaves, grads));
     assert_eq!(remat::stats().live_bytes, before, "drained");
 }
+
+/// After a panic the user caught: no scope or region left open, nothing kept, and a fresh
+/// graph runs backward to the exact gradients.
+fn assert_recovered(label: &str, baseline: u64) {
+    assert_eq!(
+        remat::policy().source,
+        remat::PolicySource::StrategyDefault,
+        "{label}: a scope or region left open"
+    );
+    assert_eq!(
+        remat::stats().live_bytes,
+        baseline,
+        "{label}: values left kept"
+    );
+    let (gx, gw) = grads_of(program::<NoCheckpointing>);
+    let (wx, ww) = want(0.3, 0.5);
+    assert!(
+        (gx[0] - wx).abs() < 1e-12 && (gw[0] - ww).abs() < 1e-12,
+        "{label}"
+    );
+    assert_eq!(remat::stats().live_bytes, baseline, "{label}: drained");
+}
+
+/// A custom op's forward code panics between `prepare` (guards and checkpoints taken) and
+/// `finish`, inside a scope and a region: caught, they are closed and everything is freed.
+#[test]
+fn a_panic_in_a_custom_ops_forward_leaves_remat_usable() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    let x = leaf(&[0.5, -0.25]);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        remat::with_policy(Policy::SaveAll, || {
+            let e = A::float_exp(x.clone());
+            assert!(remat::stats().live_bytes > baseline, "exp's output is kept");
+            remat::checkpoint(|| {
+                match Cube
+                    .prepare::<NoCheckpointing>([e.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(mut prep) => {
+                        let _ = prep.checkpoint(&e);
+                        panic!("the op's kernel fails");
+                    }
+                    OpsKind::UnTracked(_) => unreachable!("e is tracked"),
+                }
+            })
+        })
+    }));
+    assert!(caught.is_err());
+    drop(x);
+    assert_recovered("forward", baseline);
+}
+
+/// `x -> x` whose backward panics after it consumed its gradient and read its checkpoint.
+#[derive(Debug)]
+struct FailingBackward;
+
+impl<B: Backend> Backward<B, 1> for FailingBackward {
+    type State = NodeId;
+
+    fn backward(self, ops: Ops<NodeId, 1>, grads: &mut Gradients, cp: &mut Checkpointer) {
+        let _grad = grads.consume::<B>(&ops.node);
+        let _x: FloatTensor<B> = cp.retrieve_node_output(ops.state);
+        panic!("the op's backward fails");
+    }
+}
+
+/// A custom op's backward panics in the middle of a backward pass that has rebuilt values
+/// (RecomputeAll): caught, the graph is freed and the next backward works.
+#[test]
+fn a_panic_in_a_custom_ops_backward_leaves_remat_usable() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    remat::reset_stats();
+    let x = leaf(&[0.5, -0.25]);
+    let loss = remat::with_policy(Policy::RecomputeAll, || {
+        let s = A::float_sin(x.clone());
+        let guard = s.node();
+        let out = s.primitive().clone();
+        let c = match FailingBackward
+            .prepare::<NoCheckpointing>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let id = prep.checkpoint(&s);
+                prep.finish(id, out)
+            }
+            OpsKind::UnTracked(_) => unreachable!("s is tracked"),
+        };
+        A::float_sum(A::float_exp(c))
+    });
+    assert!(
+        remat::stats().live_bytes > baseline,
+        "the custom op's output is kept"
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| A::backward(loss)));
+    assert!(caught.is_err());
+    assert_eq!(
+        remat::stats().replays,
+        2,
+        "exp and sin were rebuilt before the panic"
+    );
+    drop(x);
+    assert_recovered("backward", baseline);
+}
+
+/// A retro-forward that panics during a replay.
+#[derive(Debug)]
+struct FailingRetro;
+
+impl RetroForward for FailingRetro {
+    fn forward(&self, _: &mut BackwardStates, _: NodeId) {
+        panic!("the retro-forward fails");
+    }
+}
+
+/// A custom op's retro-forward panics while backward replays it: caught, the graph is
+/// freed and the next backward works.
+#[test]
+fn a_panic_in_a_retro_forward_leaves_remat_usable() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+            .memory_bound()
+            .retro_forward(FailingRetro)
+            .parents([&x])
+            .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+        A::float_sum(A::float_mul(d, w.clone()))
+    });
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| A::backward(y)));
+    assert!(caught.is_err());
+    drop((x, w));
+    assert_recovered("retro-forward", baseline);
+}
+
+/// Retro-forwards that run their own backward pass (on another small graph) during the
+/// outer pass's replay.
+static NESTED_PASSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `2x` computed as the gradient of `sum(x * x)` on a graph of its own: bit for bit the
+/// forward's `2x` (`x + x`).
+#[derive(Debug)]
+struct RetroByBackward {
+    input: NodeId,
+}
+
+impl RetroForward for RetroByBackward {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        let x: FloatTensor<Flex> = states.get_state(&self.input);
+        let x = A::float_set_require_grad(A::from_inner(x), true);
+        let grads = A::backward(A::float_sum(A::float_mul(x.clone(), x.clone())));
+        NESTED_PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        states.save(out_node, A::grad(&x, &grads).expect("x has a gradient"));
+    }
+}
+
+/// A retro-forward that runs a forward + backward of its own while the outer backward pass
+/// replays it: no engine lock is held over it, so it neither deadlocks nor panics.
+#[test]
+fn a_retro_forward_may_run_its_own_backward() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    NESTED_PASSES.store(0, std::sync::atomic::Ordering::SeqCst);
+    let got = support::finishes("a retro-forward running backward", || {
+        let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+        let y = remat::with_policy(Policy::RecomputeAll, || {
+            let retro = RetroByBackward { input: x.id() };
+            let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+                .memory_bound()
+                .retro_forward(retro)
+                .parents([&x])
+                .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+            A::float_sum(A::float_mul(d, w.clone()))
+        });
+        let grads = A::backward(y);
+        (
+            values(A::grad(&x, &grads).unwrap()),
+            values(A::grad(&w, &grads).unwrap()),
+        )
+    });
+    assert_eq!(got, (vec![6.0, 0.5], vec![1.0, -3.0]));
+    assert_eq!(NESTED_PASSES.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(remat::stats().live_bytes, baseline, "drained");
+}
+
+/// The op's own output, handed to its retro-forward through a cell (user code may hold any
+/// tensor).
+static OWN_OUTPUT: Mutex<Option<T>> = Mutex::new(None);
+
+/// `2x`; first records an op on the tensor being rebuilt (its own output).
+#[derive(Debug)]
+struct RetroRecordingOnItsOutput {
+    input: NodeId,
+}
+
+impl RetroForward for RetroRecordingOnItsOutput {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        let own = OWN_OUTPUT.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(own) = own {
+            // sin reads its input: recording it marks the op's node as needed.
+            drop(A::float_sin(own));
+        }
+        let x: FloatTensor<Flex> = states.get_state(&self.input);
+        states.save(out_node, Flex::float_mul_scalar(x, 2.0f64.into()));
+    }
+}
+
+/// A retro-forward that records on the very node being replayed: the replay holds no lock
+/// on that node while user code runs (before, recording waited forever on the node's
+/// mutex, held by the replay).
+#[test]
+fn a_retro_forward_may_record_on_the_node_being_replayed() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    let got = support::finishes("a retro-forward recording on its own output", || {
+        let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+        let y = remat::with_policy(Policy::RecomputeAll, || {
+            let retro = RetroRecordingOnItsOutput { input: x.id() };
+            let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+                .memory_bound()
+                .retro_forward(retro)
+                .parents([&x])
+                .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+            *OWN_OUTPUT.lock().unwrap() = Some(d.clone());
+            A::float_sum(A::float_mul(d, w.clone()))
+        });
+        let grads = A::backward(y);
+        (
+            values(A::grad(&x, &grads).unwrap()),
+            values(A::grad(&w, &grads).unwrap()),
+        )
+    });
+    assert!(
+        OWN_OUTPUT.lock().unwrap().is_none(),
+        "the retro-forward ran"
+    );
+    assert_eq!(got, (vec![6.0, 0.5], vec![1.0, -3.0]));
+    assert_eq!(remat::stats().live_bytes, baseline, "drained");
+}
