@@ -12,8 +12,9 @@
 //! 4. the default of the tensors' Burn strategy: [`Policy::SaveAll`] under
 //!    `NoCheckpointing`, [`Policy::Balanced`] under `BalancedCheckpointing`.
 //!
-//! [`policy`] reports the outcome for both strategies. Cost: one thread-local borrow and one
-//! uncontended read lock per recorded op.
+//! [`policy`] reports the outcome for both strategies. Cost per recorded op: one thread-local
+//! borrow and one atomic load (plus a read lock and an `Arc` clone under a process-wide
+//! [`Policy::Selective`]).
 //!
 //! # Invariants
 //! - A policy never sees a tensor, only an [`OpInfo`].
@@ -24,6 +25,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::strategy::CheckpointStrategy;
@@ -157,9 +159,57 @@ impl Policy {
 
 /// NOTE [process-policy]: the policy set with [`set_policy`], process-wide; `None` when none
 /// is set (or after [`reset_policy`]): each graph then follows its Burn strategy's default.
-/// Read once per recorded op: the read lock is held only to copy the policy out (an `Arc`
-/// clone for [`Policy::Selective`]), never while a user rule runs.
+/// It is read once per recorded op, so [`KIND`] mirrors it in one atomic: no policy and the
+/// built-in policies are read without a lock; only [`Policy::Selective`] takes the read lock,
+/// to clone its rule out. No lock is held while a user rule runs.
 static PROCESS: RwLock<Option<Policy>> = RwLock::new(None);
+
+/// Which policy [`PROCESS`] holds (one of the `KIND_*` values).
+// INVARIANT: written only under `PROCESS`'s write lock, after `PROCESS` itself.
+static KIND: AtomicU8 = AtomicU8::new(KIND_NONE);
+const KIND_NONE: u8 = 0;
+const KIND_SAVE_ALL: u8 = 1;
+const KIND_BALANCED: u8 = 2;
+const KIND_RECOMPUTE_ALL: u8 = 3;
+const KIND_SELECTIVE: u8 = 4;
+
+/// Sets [`PROCESS`] and [`KIND`] together.
+fn store_process(policy: Option<Policy>) {
+    let kind = match &policy {
+        None => KIND_NONE,
+        Some(Policy::SaveAll) => KIND_SAVE_ALL,
+        Some(Policy::Balanced) => KIND_BALANCED,
+        Some(Policy::RecomputeAll) => KIND_RECOMPUTE_ALL,
+        Some(Policy::Selective(_)) => KIND_SELECTIVE,
+    };
+    let mut process = PROCESS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // The previous policy (a user rule, perhaps) is dropped after the lock is released.
+    let _previous = core::mem::replace(&mut *process, policy);
+    KIND.store(kind, Ordering::Release);
+    drop(process);
+}
+
+/// The answer of the process-wide policy for `op`, or `None` when none is set.
+fn process_answer(op: &OpInfo) -> Option<Answer> {
+    let policy = match KIND.load(Ordering::Acquire) {
+        KIND_NONE => return None,
+        KIND_SAVE_ALL => Policy::SaveAll,
+        KIND_BALANCED => Policy::Balanced,
+        KIND_RECOMPUTE_ALL => Policy::RecomputeAll,
+        _ => {
+            // A selector (or, racing with `set_policy`, whatever is set now): cloned out,
+            // asked after the lock is released.
+            return PROCESS
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .as_ref()
+                .map(|policy| policy.answer(op));
+        }
+    };
+    Some(policy.answer(op))
+}
 
 thread_local! {
     static CONTEXT: RefCell<Context> = const { RefCell::new(Context { scoped: Vec::new(), regions: Vec::new() }) };
@@ -190,18 +240,14 @@ struct Context {
 /// Being process-wide, it also reaches the worker threads of a training loop (burn-train's
 /// `Learner`, data-parallel code), which scopes do not: see [`with_policy`].
 pub fn set_policy(policy: Policy) {
-    *PROCESS
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(policy);
+    store_process(Some(policy));
 }
 
 /// Forgets the policy set with [`set_policy`]: graphs recorded from now on follow their Burn
 /// strategy's default again ([`Policy::SaveAll`] under `NoCheckpointing`,
 /// [`Policy::Balanced`] under `BalancedCheckpointing`).
 pub fn reset_policy() {
-    *PROCESS
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    store_process(None);
 }
 
 /// The policy set with [`set_policy`], if any.
@@ -394,14 +440,11 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
         };
         (region, answer)
     });
-    let answer = answer.unwrap_or_else(|| {
-        let process = PROCESS
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match &*process {
-            Some(policy) => policy.answer(op),
-            None if balanced => Policy::Balanced.answer(op),
-            None => Answer::KEEP,
+    let answer = answer.or_else(|| process_answer(op)).unwrap_or_else(|| {
+        if balanced {
+            Policy::Balanced.answer(op)
+        } else {
+            Answer::KEEP
         }
     });
     let (recompute, thrifty) = answer.resolve(op);
