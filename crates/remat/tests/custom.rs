@@ -669,6 +669,37 @@ fn a_panic_in_a_custom_ops_forward_leaves_remat_usable() {
     assert_recovered("forward", baseline);
 }
 
+/// Retro-forwards of [`counted_double`] dropped so far: one for each of its nodes freed.
+static COUNTED_DROPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// [`RetroDouble`], counting its drops: a node is freed exactly when its rule (and this
+/// retro-forward with it) is dropped.
+#[derive(Debug)]
+struct CountedRetro(RetroDouble);
+
+impl RetroForward for CountedRetro {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        self.0.forward(states, out_node);
+    }
+}
+
+impl Drop for CountedRetro {
+    fn drop(&mut self) {
+        COUNTED_DROPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `2x`, memory-bound; its node's freeing is counted in [`COUNTED_DROPS`].
+fn counted_double(x: T) -> T {
+    let retro = CountedRetro(RetroDouble { input: x.id() });
+    let out = Flex::float_mul_scalar(x.primitive.clone(), 2.0f64.into());
+    <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+        .memory_bound()
+        .retro_forward(retro)
+        .parents([&x])
+        .stateless(out)
+}
+
 /// `x -> x` whose backward panics after it consumed its gradient and read its checkpoint.
 #[derive(Debug)]
 struct FailingBackward;
@@ -690,9 +721,10 @@ fn a_panic_in_a_custom_ops_backward_leaves_remat_usable() {
     let _s = serial();
     let baseline = remat::stats().live_bytes;
     remat::reset_stats();
+    COUNTED_DROPS.store(0, std::sync::atomic::Ordering::SeqCst);
     let x = leaf(&[0.5, -0.25]);
     let loss = remat::with_policy(Policy::RecomputeAll, || {
-        let s = A::float_sin(x.clone());
+        let s = A::float_sin(counted_double(x.clone()));
         let guard = s.node();
         let out = s.primitive().clone();
         let c = match FailingBackward
@@ -716,8 +748,13 @@ fn a_panic_in_a_custom_ops_backward_leaves_remat_usable() {
     assert!(caught.is_err());
     assert_eq!(
         remat::stats().replays,
-        2,
-        "exp and sin were rebuilt before the panic"
+        3,
+        "exp, sin and the double were rebuilt before the panic"
+    );
+    assert_eq!(
+        COUNTED_DROPS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the graph (its double's node) is freed"
     );
     drop(x);
     assert_recovered("backward", baseline);
@@ -739,6 +776,7 @@ impl RetroForward for FailingRetro {
 fn a_panic_in_a_retro_forward_leaves_remat_usable() {
     let _s = serial();
     let baseline = remat::stats().live_bytes;
+    COUNTED_DROPS.store(0, std::sync::atomic::Ordering::SeqCst);
     let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
     let y = remat::with_policy(Policy::RecomputeAll, || {
         let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
@@ -746,10 +784,15 @@ fn a_panic_in_a_retro_forward_leaves_remat_usable() {
             .retro_forward(FailingRetro)
             .parents([&x])
             .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
-        A::float_sum(A::float_mul(d, w.clone()))
+        A::float_sum(A::float_mul(d, counted_double(w.clone())))
     });
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| A::backward(y)));
     assert!(caught.is_err());
+    assert_eq!(
+        COUNTED_DROPS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the graph (the other double's node) is freed"
+    );
     drop((x, w));
     assert_recovered("retro-forward", baseline);
 }
