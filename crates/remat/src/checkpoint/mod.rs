@@ -29,7 +29,7 @@ pub mod strategy;
 ///
 /// A region is per thread, like a [`with_policy`](policy::with_policy) scope: call it inside
 /// the model's `forward` and it applies on whatever thread runs the forward (burn-train's
-/// `Learner` and data-parallel code run it on worker threads).
+/// multi-device and DDP strategies run it on worker threads, one per device).
 ///
 /// ```
 /// use burn_flex::Flex;

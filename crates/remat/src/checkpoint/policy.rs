@@ -238,7 +238,8 @@ struct Context {
 /// decision made when they were recorded.
 ///
 /// Being process-wide, it also reaches the worker threads of a training loop (burn-train's
-/// `Learner`, data-parallel code), which scopes do not: see [`with_policy`].
+/// multi-device and DDP strategies, your own data-parallel code), which scopes do not: see
+/// [`with_policy`].
 pub fn set_policy(policy: Policy) {
     store_process(Some(policy));
 }
@@ -372,7 +373,8 @@ pub fn policy() -> ActivePolicy {
 /// `f` panics, the scope is closed as the panic unwinds.
 ///
 /// A scope is per thread: it does not reach ops recorded on other threads, such as the
-/// worker threads on which burn-train's `Learner` or data-parallel code run the model. Use
+/// worker threads on which burn-train's multi-device and DDP strategies (or your own
+/// data-parallel code) run the model's forward and backward. Use
 /// [`set_policy`] (process-wide) there, or [`checkpoint`](crate::checkpoint()) regions
 /// inside the model's `forward` (they run on whatever thread runs the forward).
 pub fn with_policy<R>(policy: Policy, f: impl FnOnce() -> R) -> R {
