@@ -1,12 +1,14 @@
 //! Every snippet of README's "Choosing what is kept" section, run for real on a small Burn
-//! model on Flex: process-wide policies (`set_policy`), a scope (`with_policy`), per-block
-//! regions (`checkpoint`), and what is kept (`stats`, `saved_values`).
+//! model on Flex: process-wide policies (`set_policy`, `reset_policy`, `policy`), a scope
+//! (`with_policy`), per-block regions (`checkpoint`), worker threads, and what is kept
+//! (`stats`, `saved_values`).
 //!
 //! ```sh
-//! cargo run -p remat-models --example controls
+//! cargo run --release -p remat-models --example controls
 //! ```
 //!
-//! Every variant computes the same gradients, bit for bit: the example checks it.
+//! Every variant computes the same gradients, bit for bit, and `keep_names(&["matmul"])`
+//! keeps fewer bytes than SaveAll: the example checks both.
 
 // The README snippets are kept verbatim (`let logits = ..; logits`).
 #![allow(clippy::let_and_return)]
@@ -63,14 +65,22 @@ impl Model {
     }
 }
 
+/// What one training step kept and replayed, and its gradients.
+struct Run {
+    /// Bytes remat kept after the forward pass (leaves aside).
+    kept: u64,
+    replays: u64,
+    grads: Vec<Named>,
+}
+
 /// Runs one training step (forward, backward) with `forward`, printing what was kept after
-/// the forward pass and how many values backward replayed; returns the gradients.
+/// the forward pass and how many values backward replayed.
 fn step(
     label: &str,
     model: &Model,
     x: &Tensor<2>,
     forward: impl FnOnce(Tensor<2>) -> Tensor<2>,
-) -> Vec<Named> {
+) -> Run {
     remat::reset_stats();
     let loss = forward(x.clone()).powi_scalar(2).mean();
     let kept = remat::stats();
@@ -86,7 +96,20 @@ fn step(
         "{label:<52} kept {:>6} B in {values:>2} values, {:>2} replays in backward",
         kept.live_bytes, after.replays
     );
-    collect_grads(model, &grads)
+    Run {
+        kept: kept.live_bytes,
+        replays: after.replays,
+        grads: collect_grads(model, &grads),
+    }
+}
+
+/// Runs [`step`] on a thread of its own, as burn-train's `Learner` runs the model on
+/// worker threads.
+fn step_on_a_thread(label: &'static str, model: &Model, x: &Tensor<2>) -> Run {
+    let (model, x) = (model.clone(), x.clone());
+    std::thread::spawn(move || step(label, &model, &x, |x| model.forward(x)))
+        .join()
+        .expect("the worker thread's step")
 }
 
 fn bit_identical(a: &[Named], b: &[Named]) -> bool {
@@ -101,19 +124,56 @@ fn bit_identical(a: &[Named], b: &[Named]) -> bool {
         })
 }
 
-fn main() {
-    // Graphs recorded on this device follow the policy set with `remat::set_policy`.
-    let device = Device::flex().autodiff().gradient_checkpointing();
+/// The model and input on `device`, seeded identically on every device.
+fn setup(device: &Device) -> (Model, Tensor<2>) {
     device.seed(0);
-    let model = Model::new(&device);
+    let model = Model::new(device);
     let input = Tensor::<2>::from_data(
         TensorData::new(synthetic(BATCH * WIDTH, 1), [BATCH, WIDTH]),
-        &device,
+        device,
     );
+    (model, input)
+}
+
+fn main() {
+    // Plain `device.autodiff()` (Burn's `NoCheckpointing`): keeps everything by default and
+    // follows whatever policy is set.
+    let device = Device::flex().autodiff();
+    let (model, input) = setup(&device);
     let mut runs = Vec::new();
 
     println!("## Policies, process-wide: set_policy\n");
+    println!("remat::policy(): {}\n", remat::policy());
+    let save_all = step("nothing set, device.autodiff()", &model, &input, |x| {
+        model.forward(x)
+    });
     {
+        let checkpointing = Device::flex().autodiff().gradient_checkpointing();
+        let (model, input) = setup(&checkpointing);
+        let run = step(
+            "nothing set, gradient_checkpointing()",
+            &model,
+            &input,
+            |x| model.forward(x),
+        );
+        runs.push(run.grads);
+    }
+    // The names of the ops whose values SaveAll keeps on this model, as `saved_values`
+    // lists them: Burn's `Linear` records `matmul` (and `reshape` + `add` for its bias).
+    let names = {
+        let loss = model.forward(input.clone());
+        let mut names: Vec<&str> = remat::saved_values().0.iter().map(|v| v.op).collect();
+        names.sort_unstable();
+        names.dedup();
+        drop(loss);
+        names
+    };
+    println!("  ops holding kept values under SaveAll (remat::saved_values): {names:?}");
+    assert!(
+        names.contains(&"matmul") && !names.contains(&"linear"),
+        "Burn's Linear records matmul (then add for the bias): keep_names must name them"
+    );
+    let keep_names = {
         // README snippet.
         use remat::{Cost, Policy, Selector};
         let policies = [
@@ -123,57 +183,89 @@ fn main() {
                 Policy::Selective(Selector::keep_costs(&[Cost::Compute])),
             ),
             (
-                "set_policy(Selective(keep_names([matmul, linear])))",
-                Policy::Selective(Selector::keep_names(&["matmul", "linear"])),
+                "set_policy(Selective(keep_names([matmul])))",
+                Policy::Selective(Selector::keep_names(&["matmul"])),
             ),
             ("set_policy(Balanced)", Policy::Balanced),
         ];
+        let mut keep_names = None;
         for (label, policy) in policies {
             remat::set_policy(policy);
-            runs.push(step(label, &model, &input, |x| model.forward(x)));
+            let run = step(label, &model, &input, |x| model.forward(x));
+            if label.contains("keep_names") {
+                keep_names = Some(run.kept);
+            }
+            runs.push(run.grads);
         }
-    }
-    // `device.autodiff()` (Burn's `NoCheckpointing`) keeps everything whatever the policy set.
-    {
-        let plain = Device::flex().autodiff();
-        plain.seed(0);
-        let model = Model::new(&plain);
-        let input = Tensor::<2>::from_data(input.to_data(), &plain);
-        remat::set_policy(remat::Policy::RecomputeAll);
-        runs.push(step(
-            "set_policy(RecomputeAll), device.autodiff()",
-            &model,
-            &input,
-            |x| model.forward(x),
-        ));
-        remat::set_policy(remat::Policy::Balanced);
-    }
-    let save_all = step("with_policy(SaveAll)", &model, &input, |x| {
-        remat::with_policy(remat::Policy::SaveAll, || model.forward(x))
-    });
+        println!("\nremat::policy(): {}\n", remat::policy());
+        remat::reset_policy(); // back to each strategy's default
+        keep_names.expect("the keep_names run")
+    };
+    let run = step("reset_policy()", &model, &input, |x| model.forward(x));
+    assert_eq!(
+        (run.kept, run.replays),
+        (save_all.kept, 0),
+        "reset_policy gives device.autodiff() its default back: SaveAll"
+    );
+    runs.push(run.grads);
+    assert!(
+        keep_names < save_all.kept,
+        "keep_names([matmul]) kept {keep_names} B, SaveAll {} B: it must save memory",
+        save_all.kept
+    );
 
     println!("\n## A scope: with_policy\n");
-    runs.push(step("with_policy(RecomputeAll)", &model, &input, |x| {
-        // README snippet.
-        let logits = remat::with_policy(remat::Policy::RecomputeAll, || model.forward(x));
-        logits
-    }));
+    runs.push(
+        step("with_policy(RecomputeAll)", &model, &input, |x| {
+            // README snippet.
+            let logits = remat::with_policy(remat::Policy::RecomputeAll, || model.forward(x));
+            logits
+        })
+        .grads,
+    );
 
     println!("\n## Regions: checkpoint\n");
     let blocks = &model.blocks;
-    runs.push(step(
-        "one checkpoint region per block",
-        &model,
-        &input,
-        |input| {
+    runs.push(
+        step("one checkpoint region per block", &model, &input, |input| {
             // README snippet.
             let mut x = input;
             for block in blocks {
                 x = remat::checkpoint(|| block.forward(x.clone()));
             }
             model.head.forward(x)
-        },
-    ));
+        })
+        .grads,
+    );
+
+    println!("\n## Worker threads\n");
+    remat::set_policy(remat::Policy::RecomputeAll);
+    let here = step(
+        "set_policy(RecomputeAll), this thread",
+        &model,
+        &input,
+        |x| model.forward(x),
+    );
+    let there = step_on_a_thread("set_policy(RecomputeAll), a worker thread", &model, &input);
+    remat::reset_policy();
+    assert_eq!(
+        (there.kept, there.replays),
+        (here.kept, here.replays),
+        "set_policy is process-wide: it reaches worker threads"
+    );
+    let scoped = remat::with_policy(remat::Policy::RecomputeAll, || {
+        step_on_a_thread(
+            "with_policy(RecomputeAll) here, a worker thread",
+            &model,
+            &input,
+        )
+    });
+    assert_eq!(
+        (scoped.kept, scoped.replays),
+        (save_all.kept, 0),
+        "a scope is per thread: the worker thread keeps the default"
+    );
+    runs.extend([here.grads, there.grads, scoped.grads]);
 
     println!("\n## What is kept, exactly: stats and saved_values\n");
     let x = input.clone();
@@ -189,11 +281,10 @@ fn main() {
     ));
     println!("\nafter backward:\n{}", remat::stats());
 
-    let identical = runs.iter().all(|run| bit_identical(&save_all, run));
+    let identical = runs.iter().all(|run| bit_identical(&save_all.grads, run));
     println!(
         "\ngradients bit-identical to SaveAll in all {} runs: {identical}",
         runs.len()
     );
     assert!(identical, "a control changed the gradients");
-    remat::set_policy(remat::Policy::Balanced);
 }

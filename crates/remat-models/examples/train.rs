@@ -555,8 +555,9 @@ fn main() -> ExitCode {
         }
     };
 
-    // Flex (CPU) under Burn's autodiff, here remat; `gradient_checkpointing()` makes the
-    // graph follow `remat::set_policy`.
+    // Flex (CPU) under Burn's autodiff, here remat. Each step sets its policy with
+    // `remat::set_policy` (any strategy follows it); `gradient_checkpointing()` only makes
+    // Balanced the default when none is set.
     let device = Device::flex().autodiff().gradient_checkpointing();
     device.seed(42);
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
@@ -650,7 +651,7 @@ fn main() -> ExitCode {
             base.push(b);
         }
     }
-    remat::set_policy(Policy::Balanced);
+    remat::reset_policy();
     println!("\nper step (forward + loss + backward, batch {BATCH}, medians):\n");
     print_table(args.mode, &Summary::of(&ours), &Summary::of(&base));
 
@@ -689,7 +690,7 @@ fn main() -> ExitCode {
         );
         println!("{}", remat::saved_values());
         drop(logits);
-        remat::set_policy(Policy::Balanced);
+        remat::reset_policy();
     }
     ExitCode::SUCCESS
 }

@@ -31,7 +31,7 @@ struct Run {
     checkpointing: bool,
     layer: Layer,
     workers: usize,
-    /// `remat::set_policy` before the run (`Balanced` restored afterwards).
+    /// `remat::set_policy` before the run (`remat::reset_policy` afterwards).
     set: Option<Policy>,
     /// A `remat::with_policy` scope around `launch`.
     scoped: Option<Policy>,
@@ -64,7 +64,7 @@ fn train(run: &Run) -> (TrainReport, u64) {
         None => go(),
     };
     let stats = remat::stats();
-    remat::set_policy(Policy::Balanced);
+    remat::reset_policy();
     assert_eq!(
         stats.live_bytes, before,
         "remat still holds values after the Learner finished:\n{stats}"

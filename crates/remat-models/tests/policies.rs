@@ -177,7 +177,7 @@ fn run_layers<M: Stack>(model: &M, x: Tensor<3>, regions: Regions) -> Tensor<3> 
 struct Setup {
     /// `device.autodiff().gradient_checkpointing()` rather than `device.autodiff()`.
     checkpointing: bool,
-    /// `remat::set_policy` for the step (restored to `Balanced` afterwards).
+    /// `remat::set_policy` for the step (`remat::reset_policy` afterwards).
     set: Option<Policy>,
     /// A `remat::with_policy` scope around the forward pass.
     scoped: Option<Policy>,
@@ -226,7 +226,7 @@ fn step<M: Stack>(setup: &Setup) -> Vec<Named> {
     );
     drop(grads);
     let stats = remat::stats();
-    remat::set_policy(Policy::Balanced);
+    remat::reset_policy();
     assert_eq!(
         stats.live_bytes,
         before,
@@ -270,12 +270,12 @@ fn setups() -> Vec<Setup> {
                 ..plain.clone()
             });
         }
-        // The process-wide policy: followed under gradient checkpointing only.
+        // The process-wide policy, under either strategy.
         for checkpointing in [false, true] {
             all.push(Setup {
                 checkpointing,
                 set: Some(policy.clone()),
-                replays: drops && checkpointing,
+                replays: drops,
                 ..plain.clone()
             });
         }

@@ -6,8 +6,9 @@
 //! [`Autodiff<B, C>`] wraps any inner backend `B`. The forward pass records a graph; every
 //! value a backward step needs is either kept or dropped and *rematerialized* later by
 //! replaying the ops that produced it, and each value is freed at its last use. Which values
-//! are kept is a run-time [`Policy`], chosen per process ([`set_policy`]), per scope
-//! ([`with_policy`]) or per region ([`checkpoint()`]). [`stats()`] reports exactly what is kept.
+//! are kept is a run-time [`Policy`], chosen per process ([`set_policy`], for every graph
+//! whatever its Burn strategy), per scope ([`with_policy`]) or per region ([`checkpoint()`]);
+//! [`policy()`] says which applies now. [`stats()`] reports exactly what is kept.
 //!
 //! Burn users normally reach this crate through the `burn-autodiff` compatibility crate (one
 //! `[patch.crates-io]` line): every Burn model then runs on remat unchanged.
@@ -32,7 +33,8 @@ pub use active::is_active;
 pub use backend::Autodiff;
 pub use checkpoint::checkpoint;
 pub use checkpoint::policy::{
-    Cost, Decision, OpInfo, Policy, Selector, policy, set_policy, with_policy,
+    ActivePolicy, Cost, Decision, OpInfo, Policy, PolicySource, Selector, policy, reset_policy,
+    set_policy, with_policy,
 };
 pub use graph::NodeId;
 pub use stats::{KeepReason, SavedValue, SavedValues, Stats, reset_stats, saved_values, stats};

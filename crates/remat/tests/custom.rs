@@ -447,6 +447,461 @@ fn gradients_nodes_and_ids_as_burn_names_them() {
     assert!(NodeId::new().value > id.value, "fresh ids increase");
 }
 
+/// `(x_0, .., x_{N-1}) -> sum_i (i + 1) x_i^2`, checkpointing every input: one node with
+/// `N` parents and `N` values its backward reads (inputs `N..2N`).
+#[derive(Debug)]
+struct WeightedSquares<const N: usize>;
+
+impl<B: Backend, const N: usize> Backward<B, N> for WeightedSquares<N> {
+    type State = Vec<NodeId>;
+
+    fn backward(self, ops: Ops<Vec<NodeId>, N>, grads: &mut Gradients, cp: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        for (i, (parent, id)) in ops.parents.into_iter().zip(ops.state).enumerate() {
+            let x: FloatTensor<B> = cp.retrieve_node_output(id);
+            if let Some(parent) = parent {
+                let scale = 2.0 * (i + 1) as f64;
+                let dx = B::float_mul_scalar(B::float_mul(grad.clone(), x), scale.into());
+                grads.register::<B>(parent.id, dx);
+            }
+        }
+    }
+}
+
+fn weighted_squares<const N: usize>(xs: [T; N]) -> T {
+    let guards = core::array::from_fn(|i| xs[i].node());
+    let out = xs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let p = x.primitive().clone();
+            Flex::float_mul_scalar(Flex::float_mul(p.clone(), p), ((i + 1) as f64).into())
+        })
+        .reduce(Flex::float_add)
+        .expect("at least one input");
+    match WeightedSquares::<N>
+        .prepare::<NoCheckpointing>(guards)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(mut prep) => {
+            let ids = xs.iter().map(|x| prep.checkpoint(x)).collect();
+            prep.finish(ids, out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
+
+/// `(x_0, .., x_{N-1}) -> sum_i x_i`, memory-bound: its retro-forward reads all `N` parents
+/// (inputs `N..2N` of its node).
+#[derive(Debug)]
+struct SumAll<const N: usize>;
+
+impl<B: Backend, const N: usize> Backward<B, N> for SumAll<N> {
+    type State = ();
+
+    fn backward(self, ops: Ops<(), N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        for parent in ops.parents.into_iter().flatten() {
+            grads.register::<B>(parent.id, grad.clone());
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RetroSumAll(Vec<NodeId>);
+
+impl RetroForward for RetroSumAll {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        let sum = self
+            .0
+            .iter()
+            .map(|id| states.get_state::<FloatTensor<Flex>>(id))
+            .reduce(Flex::float_add)
+            .expect("at least one parent");
+        states.save(out_node, sum);
+    }
+}
+
+fn sum_all<const N: usize>(xs: [T; N]) -> T {
+    let guards = core::array::from_fn(|i| xs[i].node());
+    let out = xs
+        .iter()
+        .map(|x| x.primitive().clone())
+        .reduce(Flex::float_add)
+        .expect("at least one input");
+    <SumAll<N> as Backward<Flex, N>>::prepare::<NoCheckpointing>(SumAll, guards)
+        .memory_bound()
+        .retro_forward(RetroSumAll(xs.iter().map(|x| x.id()).collect()))
+        .parents(&xs)
+        .stateless(out)
+}
+
+/// A custom op over 40 inputs (Burn's `prepare` takes any `N`): past the 32 inputs a node
+/// holds inline, what its backward reads and which parents are tracked stay exact, under
+/// every policy, with one input untracked; a memory-bound op over 40 parents is replayed
+/// through its retro-forward.
+#[test]
+fn a_custom_op_with_40_inputs_gets_exact_gradients() {
+    const N: usize = 40;
+    const UNTRACKED: usize = 35;
+    let _s = serial();
+    let before = remat::stats().live_bytes;
+    let value = |i: usize| [0.01 * i as f64 - 0.2, 0.5 - 0.02 * i as f64];
+    // d/dl_i sum((i + 1) sin(l_i)^2) = 2 (i + 1) sin(l_i) cos(l_i).
+    let want = |i: usize| value(i).map(|l| 2.0 * (i + 1) as f64 * l.sin() * l.cos());
+    let run = |policy: Option<Policy>| {
+        let leaves: Vec<T> = (0..N)
+            .map(|i| {
+                let t = A::float_from_data(
+                    burn_backend::TensorData::new(value(i).to_vec(), vec![2]),
+                    &Default::default(),
+                );
+                if i == UNTRACKED {
+                    t
+                } else {
+                    A::float_set_require_grad(t, true)
+                }
+            })
+            .collect();
+        // Inputs are op outputs (sin), so that RecomputeAll and regions drop and rebuild
+        // the values the backward reads.
+        let forward = || {
+            let xs = core::array::from_fn(|i| A::float_sin(leaves[i].clone()));
+            A::float_sum(weighted_squares::<N>(xs))
+        };
+        let loss = match policy {
+            Some(policy) => remat::with_policy(policy, forward),
+            None => remat::checkpoint(forward),
+        };
+        let grads = A::backward(loss);
+        let got: Vec<Option<Vec<f64>>> = leaves
+            .iter()
+            .map(|l| A::grad(l, &grads).map(values))
+            .collect();
+        got
+    };
+    let reference = run(Some(Policy::SaveAll));
+    for (i, got) in reference.iter().enumerate() {
+        if i == UNTRACKED {
+            assert!(got.is_none(), "input {i} is untracked: no gradient");
+            continue;
+        }
+        let got = got.as_ref().expect("a tracked input has a gradient");
+        for (g, w) in got.iter().zip(want(i)) {
+            assert!((g - w).abs() < 1e-12, "input {i}: {g} vs {w}");
+        }
+    }
+    for policy in [Some(Policy::Balanced), Some(Policy::RecomputeAll), None] {
+        assert_eq!(run(policy.clone()), reference, "{policy:?}");
+    }
+
+    // Memory-bound over 40 parents: dropped under RecomputeAll and replayed once.
+    remat::reset_stats();
+    let leaves: [T; N] = core::array::from_fn(|i| leaf(&value(i)));
+    let w = leaf(&[3.0, -1.0]);
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        A::float_sum(A::float_mul(sum_all::<N>(leaves.clone()), w.clone()))
+    });
+    let grads = A::backward(y);
+    assert_eq!(remat::stats().replays_by_op.get("custom"), Some(&1));
+    for leaf in &leaves {
+        assert_eq!(values(A::grad(leaf, &grads).unwrap()), vec![3.0, -1.0]);
+    }
+    let sums = (0..2).map(|k| (0..N).map(|i| value(i)[k]).sum::<f64>());
+    for (g, s) in values(A::grad(&w, &grads).unwrap()).iter().zip(sums) {
+        assert!((g - s).abs() < 1e-12, "{g} vs {s}");
+    }
+    drop((leaves, grads));
+    assert_eq!(remat::stats().live_bytes, before, "drained");
+}
+
+/// After a panic the user caught: no scope or region left open, nothing kept, and a fresh
+/// graph runs backward to the exact gradients.
+fn assert_recovered(label: &str, baseline: u64) {
+    assert_eq!(
+        remat::policy().source,
+        remat::PolicySource::StrategyDefault,
+        "{label}: a scope or region left open"
+    );
+    assert_eq!(
+        remat::stats().live_bytes,
+        baseline,
+        "{label}: values left kept"
+    );
+    let (gx, gw) = grads_of(program::<NoCheckpointing>);
+    let (wx, ww) = want(0.3, 0.5);
+    assert!(
+        (gx[0] - wx).abs() < 1e-12 && (gw[0] - ww).abs() < 1e-12,
+        "{label}"
+    );
+    assert_eq!(remat::stats().live_bytes, baseline, "{label}: drained");
+}
+
+/// A custom op's forward code panics between `prepare` (guards and checkpoints taken) and
+/// `finish`, inside a scope and a region: caught, they are closed and everything is freed.
+#[test]
+fn a_panic_in_a_custom_ops_forward_leaves_remat_usable() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    let x = leaf(&[0.5, -0.25]);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        remat::with_policy(Policy::SaveAll, || {
+            let e = A::float_exp(x.clone());
+            assert!(remat::stats().live_bytes > baseline, "exp's output is kept");
+            remat::checkpoint(|| {
+                match Cube
+                    .prepare::<NoCheckpointing>([e.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(mut prep) => {
+                        let _ = prep.checkpoint(&e);
+                        panic!("the op's kernel fails");
+                    }
+                    OpsKind::UnTracked(_) => unreachable!("e is tracked"),
+                }
+            })
+        })
+    }));
+    assert!(caught.is_err());
+    drop(x);
+    assert_recovered("forward", baseline);
+}
+
+/// Retro-forwards of [`counted_double`] dropped so far: one for each of its nodes freed.
+static COUNTED_DROPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// [`RetroDouble`], counting its drops: a node is freed exactly when its rule (and this
+/// retro-forward with it) is dropped.
+#[derive(Debug)]
+struct CountedRetro(RetroDouble);
+
+impl RetroForward for CountedRetro {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        self.0.forward(states, out_node);
+    }
+}
+
+impl Drop for CountedRetro {
+    fn drop(&mut self) {
+        COUNTED_DROPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `2x`, memory-bound; its node's freeing is counted in [`COUNTED_DROPS`].
+fn counted_double(x: T) -> T {
+    let retro = CountedRetro(RetroDouble { input: x.id() });
+    let out = Flex::float_mul_scalar(x.primitive.clone(), 2.0f64.into());
+    <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+        .memory_bound()
+        .retro_forward(retro)
+        .parents([&x])
+        .stateless(out)
+}
+
+/// `x -> x` whose backward panics after it consumed its gradient and read its checkpoint.
+#[derive(Debug)]
+struct FailingBackward;
+
+impl<B: Backend> Backward<B, 1> for FailingBackward {
+    type State = NodeId;
+
+    fn backward(self, ops: Ops<NodeId, 1>, grads: &mut Gradients, cp: &mut Checkpointer) {
+        let _grad = grads.consume::<B>(&ops.node);
+        let _x: FloatTensor<B> = cp.retrieve_node_output(ops.state);
+        panic!("the op's backward fails");
+    }
+}
+
+/// A custom op's backward panics in the middle of a backward pass that has rebuilt values
+/// (RecomputeAll): caught, the graph is freed and the next backward works.
+#[test]
+fn a_panic_in_a_custom_ops_backward_leaves_remat_usable() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    remat::reset_stats();
+    COUNTED_DROPS.store(0, std::sync::atomic::Ordering::SeqCst);
+    let x = leaf(&[0.5, -0.25]);
+    let loss = remat::with_policy(Policy::RecomputeAll, || {
+        let s = A::float_sin(counted_double(x.clone()));
+        let guard = s.node();
+        let out = s.primitive().clone();
+        let c = match FailingBackward
+            .prepare::<NoCheckpointing>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let id = prep.checkpoint(&s);
+                prep.finish(id, out)
+            }
+            OpsKind::UnTracked(_) => unreachable!("s is tracked"),
+        };
+        A::float_sum(A::float_exp(c))
+    });
+    assert!(
+        remat::stats().live_bytes > baseline,
+        "the custom op's output is kept"
+    );
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| A::backward(loss)));
+    assert!(caught.is_err());
+    assert_eq!(
+        remat::stats().replays,
+        3,
+        "exp, sin and the double were rebuilt before the panic"
+    );
+    assert_eq!(
+        COUNTED_DROPS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the graph (its double's node) is freed"
+    );
+    drop(x);
+    assert_recovered("backward", baseline);
+}
+
+/// A retro-forward that panics during a replay.
+#[derive(Debug)]
+struct FailingRetro;
+
+impl RetroForward for FailingRetro {
+    fn forward(&self, _: &mut BackwardStates, _: NodeId) {
+        panic!("the retro-forward fails");
+    }
+}
+
+/// A custom op's retro-forward panics while backward replays it: caught, the graph is
+/// freed and the next backward works.
+#[test]
+fn a_panic_in_a_retro_forward_leaves_remat_usable() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    COUNTED_DROPS.store(0, std::sync::atomic::Ordering::SeqCst);
+    let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+            .memory_bound()
+            .retro_forward(FailingRetro)
+            .parents([&x])
+            .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+        A::float_sum(A::float_mul(d, counted_double(w.clone())))
+    });
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| A::backward(y)));
+    assert!(caught.is_err());
+    assert_eq!(
+        COUNTED_DROPS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the graph (the other double's node) is freed"
+    );
+    drop((x, w));
+    assert_recovered("retro-forward", baseline);
+}
+
+/// Retro-forwards that run their own backward pass (on another small graph) during the
+/// outer pass's replay.
+static NESTED_PASSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `2x` computed as the gradient of `sum(x * x)` on a graph of its own: bit for bit the
+/// forward's `2x` (`x + x`).
+#[derive(Debug)]
+struct RetroByBackward {
+    input: NodeId,
+}
+
+impl RetroForward for RetroByBackward {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        let x: FloatTensor<Flex> = states.get_state(&self.input);
+        let x = A::float_set_require_grad(A::from_inner(x), true);
+        let grads = A::backward(A::float_sum(A::float_mul(x.clone(), x.clone())));
+        NESTED_PASSES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        states.save(out_node, A::grad(&x, &grads).expect("x has a gradient"));
+    }
+}
+
+/// A retro-forward that runs a forward + backward of its own while the outer backward pass
+/// replays it: no engine lock is held over it, so it neither deadlocks nor panics.
+#[test]
+fn a_retro_forward_may_run_its_own_backward() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    NESTED_PASSES.store(0, std::sync::atomic::Ordering::SeqCst);
+    let got = support::finishes("a retro-forward running backward", || {
+        let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+        let y = remat::with_policy(Policy::RecomputeAll, || {
+            let retro = RetroByBackward { input: x.id() };
+            let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+                .memory_bound()
+                .retro_forward(retro)
+                .parents([&x])
+                .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+            A::float_sum(A::float_mul(d, w.clone()))
+        });
+        let grads = A::backward(y);
+        (
+            values(A::grad(&x, &grads).unwrap()),
+            values(A::grad(&w, &grads).unwrap()),
+        )
+    });
+    assert_eq!(got, (vec![6.0, 0.5], vec![1.0, -3.0]));
+    assert_eq!(NESTED_PASSES.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(remat::stats().live_bytes, baseline, "drained");
+}
+
+/// The op's own output, handed to its retro-forward through a cell (user code may hold any
+/// tensor).
+static OWN_OUTPUT: Mutex<Option<T>> = Mutex::new(None);
+
+/// `2x`; first records an op on the tensor being rebuilt (its own output).
+#[derive(Debug)]
+struct RetroRecordingOnItsOutput {
+    input: NodeId,
+}
+
+impl RetroForward for RetroRecordingOnItsOutput {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        let own = OWN_OUTPUT.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(own) = own {
+            // sin reads its input: recording it marks the op's node as needed.
+            drop(A::float_sin(own));
+        }
+        let x: FloatTensor<Flex> = states.get_state(&self.input);
+        states.save(out_node, Flex::float_mul_scalar(x, 2.0f64.into()));
+    }
+}
+
+/// A retro-forward that records on the very node being replayed: the replay holds no lock
+/// on that node while user code runs (before, recording waited forever on the node's
+/// mutex, held by the replay).
+#[test]
+fn a_retro_forward_may_record_on_the_node_being_replayed() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    let got = support::finishes("a retro-forward recording on its own output", || {
+        let (x, w) = (leaf(&[0.5, -1.5]), leaf(&[3.0, 0.25]));
+        let y = remat::with_policy(Policy::RecomputeAll, || {
+            let retro = RetroRecordingOnItsOutput { input: x.id() };
+            let d = <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+                .memory_bound()
+                .retro_forward(retro)
+                .parents([&x])
+                .stateless(Flex::float_mul_scalar(x.primitive().clone(), 2.0f64.into()));
+            *OWN_OUTPUT.lock().unwrap() = Some(d.clone());
+            A::float_sum(A::float_mul(d, w.clone()))
+        });
+        let grads = A::backward(y);
+        (
+            values(A::grad(&x, &grads).unwrap()),
+            values(A::grad(&w, &grads).unwrap()),
+        )
+    });
+    assert!(
+        OWN_OUTPUT.lock().unwrap().is_none(),
+        "the retro-forward ran"
+    );
+    assert_eq!(got, (vec![6.0, 0.5], vec![1.0, -3.0]));
+    assert_eq!(remat::stats().live_bytes, baseline, "drained");
+}
+
 /// An untracked tensor's id (Burn's `AutodiffTensor::id`, what a custom op saves its inputs
 /// under) is the same every time it is asked for, on the tensor and on its clones, and is
 /// the id its node guard and `checkpoint` hand out; two untracked tensors have two ids.

@@ -98,7 +98,7 @@ fn cat_of_several_and_many_inputs() {
         },
         true,
     );
-    // 40 inputs: more than one recorded op can hold.
+    // 40 inputs in one recorded op: more than the 32 its input sets hold inline.
     let g = check(
         "cat_many",
         std::slice::from_ref(&a),

@@ -24,7 +24,12 @@ pub mod strategy;
 /// [`with_policy`](policy::with_policy) inside them. Outputs of random ops (dropout) are
 /// kept even inside a region, so a rebuild never draws new random numbers.
 ///
-/// Outside any autodiff computation a region just runs `f`.
+/// Outside any autodiff computation a region just runs `f`. If `f` panics, the region is
+/// closed as the panic unwinds.
+///
+/// A region is per thread, like a [`with_policy`](policy::with_policy) scope: call it inside
+/// the model's `forward` and it applies on whatever thread runs the forward (burn-train's
+/// multi-device and DDP strategies run it on worker threads, one per device).
 ///
 /// ```
 /// use burn_flex::Flex;

@@ -5,14 +5,30 @@
 //! engine then keeps exactly the values that the backward pass (and the replays) will read
 //! (NOTE [what-is-kept]).
 //!
+//! What an op follows is decided on the thread that records it, first match wins:
+//! 1. an open [`checkpoint`](crate::checkpoint()) region on that thread: rebuild;
+//! 2. the innermost [`with_policy`] scope on that thread;
+//! 3. the process-wide [`set_policy`] (NOTE [process-policy]);
+//! 4. the default of the tensors' Burn strategy: [`Policy::SaveAll`] under
+//!    `NoCheckpointing`, [`Policy::Balanced`] under `BalancedCheckpointing`.
+//!
+//! [`policy`] reports the outcome for both strategies. Cost per recorded op: one thread-local
+//! borrow and one atomic load (plus a read lock and an `Arc` clone under a process-wide
+//! [`Policy::Selective`]).
+//!
 //! # Invariants
 //! - A policy never sees a tensor, only an [`OpInfo`].
+//! - User code (a [`Selector`], a scope's or a region's closure) never runs while this
+//!   module holds the thread's context borrowed or the process-wide policy locked.
 //! - Ops that cannot be replayed bit-identically ([`Cost::Random`], transfers between
 //!   backends) and leaves are never rebuilt, whatever the policy says.
 
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
+
+use super::strategy::CheckpointStrategy;
 
 /// How expensive an op is to replay, relative to keeping its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,6 +67,9 @@ pub struct Selector(Arc<dyn Fn(&OpInfo) -> Decision + Send + Sync>);
 
 impl Selector {
     /// Wraps a rule over the op name and cost class.
+    ///
+    /// The rule runs once per op, when the op is recorded, on the recording thread, with no
+    /// lock or borrow of remat's held: it may itself call [`set_policy`] or [`with_policy`].
     pub fn new(rule: impl Fn(&OpInfo) -> Decision + Send + Sync + 'static) -> Self {
         Self(Arc::new(rule))
     }
@@ -67,6 +86,11 @@ impl Selector {
     }
 
     /// Keeps the outputs of ops whose name is in `names`, recomputes the rest.
+    ///
+    /// Names are remat's op names, as [`saved_values`](crate::saved_values()) lists them.
+    /// Burn's modules record the ops they are built of: `burn::nn::Linear` records `matmul`,
+    /// then a `reshape` of the bias and an `add`, so `keep_names(&["matmul"])` keeps its
+    /// matrix products and rebuilds the bias additions and activations.
     pub fn keep_names(names: &'static [&'static str]) -> Self {
         Self::new(move |op| {
             if names.contains(&op.name) {
@@ -94,12 +118,14 @@ impl fmt::Debug for Selector {
 /// inner-backend calls as in the forward pass.
 #[derive(Clone, Debug, Default)]
 pub enum Policy {
-    /// Keep every value a backward step reads (Burn's `NoCheckpointing`).
+    /// Keep every value a backward step reads (what Burn's `NoCheckpointing` does, and its
+    /// default here when no policy is chosen).
     SaveAll,
     /// Burn's `BalancedCheckpointing`: rebuild the outputs of cheap and alias ops, keep the
     /// outputs of compute-bound ops; except that a cheap output is kept when rebuilding it
     /// would keep at least as many bytes of inputs that nothing else keeps (a relu after a
-    /// conv): the same memory without the replays.
+    /// conv): the same memory without the replays. The default under Burn's
+    /// `BalancedCheckpointing` when no policy is chosen (and `Policy::default()`).
     #[default]
     Balanced,
     /// A user rule decides per op, from its name and cost class.
@@ -111,21 +137,89 @@ pub enum Policy {
 impl Policy {
     /// Whether this policy recomputes the output of `op` (before the never-rebuilt rule).
     pub fn recomputes(&self, op: &OpInfo) -> bool {
+        self.answer(op).resolve(op).0
+    }
+
+    /// The answer for `op`; a user rule is only cloned here, asked by [`Answer::resolve`].
+    fn answer(&self, op: &OpInfo) -> Answer {
         match self {
-            Policy::SaveAll => false,
-            Policy::Balanced => matches!(op.cost, Cost::Alias | Cost::Cheap),
-            Policy::Selective(selector) => selector.decide(op) == Decision::Recompute,
-            Policy::RecomputeAll => true,
+            Policy::SaveAll => Answer::KEEP,
+            Policy::Balanced => {
+                let recompute = matches!(op.cost, Cost::Alias | Cost::Cheap);
+                Answer::Given {
+                    recompute,
+                    thrifty: recompute,
+                }
+            }
+            Policy::Selective(selector) => Answer::Ask(selector.clone()),
+            Policy::RecomputeAll => Answer::RECOMPUTE,
         }
     }
 }
 
-static DEFAULT_BALANCED: RwLock<Policy> = RwLock::new(Policy::Balanced);
+/// NOTE [process-policy]: the policy set with [`set_policy`], process-wide; `None` when none
+/// is set (or after [`reset_policy`]): each graph then follows its Burn strategy's default.
+/// It is read once per recorded op, so [`KIND`] mirrors it in one atomic: no policy and the
+/// built-in policies are read without a lock; only [`Policy::Selective`] takes the read lock,
+/// to clone its rule out. No lock is held while a user rule runs.
+static PROCESS: RwLock<Option<Policy>> = RwLock::new(None);
+
+/// Which policy [`PROCESS`] holds (one of the `KIND_*` values).
+// INVARIANT: written only under `PROCESS`'s write lock, after `PROCESS` itself.
+static KIND: AtomicU8 = AtomicU8::new(KIND_NONE);
+const KIND_NONE: u8 = 0;
+const KIND_SAVE_ALL: u8 = 1;
+const KIND_BALANCED: u8 = 2;
+const KIND_RECOMPUTE_ALL: u8 = 3;
+const KIND_SELECTIVE: u8 = 4;
+
+/// Sets [`PROCESS`] and [`KIND`] together.
+fn store_process(policy: Option<Policy>) {
+    let kind = match &policy {
+        None => KIND_NONE,
+        Some(Policy::SaveAll) => KIND_SAVE_ALL,
+        Some(Policy::Balanced) => KIND_BALANCED,
+        Some(Policy::RecomputeAll) => KIND_RECOMPUTE_ALL,
+        Some(Policy::Selective(_)) => KIND_SELECTIVE,
+    };
+    let mut process = PROCESS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // The previous policy (a user rule, perhaps) is dropped after the lock is released.
+    let _previous = core::mem::replace(&mut *process, policy);
+    KIND.store(kind, Ordering::Release);
+    drop(process);
+}
+
+/// The answer of the process-wide policy for `op`, or `None` when none is set.
+fn process_answer(op: &OpInfo) -> Option<Answer> {
+    let policy = match KIND.load(Ordering::Acquire) {
+        KIND_NONE => return None,
+        KIND_SAVE_ALL => Policy::SaveAll,
+        KIND_BALANCED => Policy::Balanced,
+        KIND_RECOMPUTE_ALL => Policy::RecomputeAll,
+        _ => {
+            // A selector (or, racing with `set_policy`, whatever is set now): cloned out,
+            // asked after the lock is released.
+            return PROCESS
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .as_ref()
+                .map(|policy| policy.answer(op));
+        }
+    };
+    Some(policy.answer(op))
+}
 
 thread_local! {
     static CONTEXT: RefCell<Context> = const { RefCell::new(Context { scoped: Vec::new(), regions: Vec::new() }) };
 }
 
+/// This thread's scopes and regions.
+///
+/// # Invariants
+/// - Borrowed only for a push, a pop or a copy: never while user code (a closure, a
+///   [`Selector`]) runs, so user code may open scopes and regions of its own.
 struct Context {
     /// `with_policy` overrides, innermost last.
     scoped: Vec<Policy>,
@@ -133,32 +227,156 @@ struct Context {
     regions: Vec<u64>,
 }
 
-/// Sets the policy used by graphs recorded under Burn's `BalancedCheckpointing` setting
-/// (`device.autodiff().gradient_checkpointing()`), process-wide.
+/// Sets the policy of every graph recorded from now on, in the whole process, whatever
+/// Burn strategy its tensors carry (`device.autodiff()` or
+/// `device.autodiff().gradient_checkpointing()`).
 ///
-/// Graphs recorded under `NoCheckpointing` (plain `device.autodiff()`) always use
-/// [`Policy::SaveAll`], unless a [`with_policy`] scope or a [`checkpoint`](crate::checkpoint())
-/// region asks otherwise. Values already recorded keep the decision made when they were
-/// recorded.
+/// Until it is called (and after [`reset_policy`]) each graph follows its strategy's
+/// default: [`Policy::SaveAll`] under Burn's `NoCheckpointing`, [`Policy::Balanced`] under
+/// `BalancedCheckpointing`. A [`with_policy`] scope or a [`checkpoint`](crate::checkpoint())
+/// region on the recording thread takes precedence. Values already recorded keep the
+/// decision made when they were recorded.
+///
+/// Being process-wide, it also reaches the worker threads of a training loop (burn-train's
+/// multi-device and DDP strategies, your own data-parallel code), which scopes do not: see
+/// [`with_policy`].
 pub fn set_policy(policy: Policy) {
-    *DEFAULT_BALANCED
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = policy;
+    store_process(Some(policy));
 }
 
-/// The policy currently set with [`set_policy`].
-pub fn policy() -> Policy {
-    DEFAULT_BALANCED
+/// Forgets the policy set with [`set_policy`]: graphs recorded from now on follow their Burn
+/// strategy's default again ([`Policy::SaveAll`] under `NoCheckpointing`,
+/// [`Policy::Balanced`] under `BalancedCheckpointing`).
+pub fn reset_policy() {
+    store_process(None);
+}
+
+/// The policy set with [`set_policy`], if any.
+fn process_policy() -> Option<Policy> {
+    PROCESS
         .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .clone()
 }
 
+/// What the next op recorded on this thread follows, under each of Burn's two strategies,
+/// and why. Returned by [`policy`].
+///
+/// The two policies differ only when nothing was chosen ([`PolicySource::StrategyDefault`]):
+/// every control applies under both strategies.
+#[derive(Clone, Debug)]
+pub struct ActivePolicy {
+    /// For graphs on `device.autodiff()` (Burn's `NoCheckpointing`).
+    pub no_checkpointing: Policy,
+    /// For graphs on `device.autodiff().gradient_checkpointing()` (Burn's
+    /// `BalancedCheckpointing`).
+    pub balanced_checkpointing: Policy,
+    /// Which control decides.
+    pub source: PolicySource,
+}
+
+impl ActivePolicy {
+    /// The policy for graphs whose tensors carry strategy `C`.
+    pub fn under<C: CheckpointStrategy>(&self) -> &Policy {
+        if C::BALANCED {
+            &self.balanced_checkpointing
+        } else {
+            &self.no_checkpointing
+        }
+    }
+}
+
+impl fmt::Display for ActivePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |policy: &Policy| match policy {
+            Policy::SaveAll => "SaveAll",
+            Policy::Balanced => "Balanced",
+            Policy::Selective(_) => "Selective",
+            Policy::RecomputeAll => "RecomputeAll",
+        };
+        let why = match self.source {
+            PolicySource::Region => "a checkpoint region is open on this thread",
+            PolicySource::Scope => "a with_policy scope on this thread",
+            PolicySource::Process => "set_policy, process-wide",
+            PolicySource::StrategyDefault => "nothing set: the strategy's default",
+        };
+        write!(
+            f,
+            "{} under autodiff(), {} under autodiff().gradient_checkpointing() ({why})",
+            name(&self.no_checkpointing),
+            name(&self.balanced_checkpointing)
+        )
+    }
+}
+
+/// Which control decides what an op recorded now keeps (see [`ActivePolicy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicySource {
+    /// A [`checkpoint`](crate::checkpoint()) region is open on this thread: every op that
+    /// can be replayed is rebuilt, as under [`Policy::RecomputeAll`] (and values read after
+    /// the region closes are kept by their readers).
+    Region,
+    /// A [`with_policy`] scope on this thread.
+    Scope,
+    /// [`set_policy`], process-wide.
+    Process,
+    /// Nothing set: Burn's strategy picks ([`Policy::SaveAll`] under `NoCheckpointing`,
+    /// [`Policy::Balanced`] under `BalancedCheckpointing`).
+    StrategyDefault,
+}
+
+/// What the next op recorded on this thread will follow, under each of Burn's strategies,
+/// taking this thread's regions and scopes and the process-wide [`set_policy`] into account.
+///
+/// ```
+/// use remat::{Policy, PolicySource};
+/// remat::reset_policy();
+/// let now = remat::policy();
+/// assert!(matches!(now.no_checkpointing, Policy::SaveAll));
+/// assert!(matches!(now.balanced_checkpointing, Policy::Balanced));
+/// assert_eq!(now.source, PolicySource::StrategyDefault);
+/// remat::with_policy(Policy::RecomputeAll, || {
+///     assert_eq!(remat::policy().source, PolicySource::Scope);
+/// });
+/// ```
+pub fn policy() -> ActivePolicy {
+    let (region, scoped) = CONTEXT.with(|cx| {
+        let cx = cx.borrow();
+        (!cx.regions.is_empty(), cx.scoped.last().cloned())
+    });
+    let both = |policy: Policy, source| ActivePolicy {
+        no_checkpointing: policy.clone(),
+        balanced_checkpointing: policy,
+        source,
+    };
+    if region {
+        return both(Policy::RecomputeAll, PolicySource::Region);
+    }
+    if let Some(scoped) = scoped {
+        return both(scoped, PolicySource::Scope);
+    }
+    match process_policy() {
+        Some(policy) => both(policy, PolicySource::Process),
+        None => ActivePolicy {
+            no_checkpointing: Policy::SaveAll,
+            balanced_checkpointing: Policy::Balanced,
+            source: PolicySource::StrategyDefault,
+        },
+    }
+}
+
 /// Runs `f` with `policy` for every op recorded on this thread inside it, whatever the
 /// checkpointing strategy of the tensors.
 ///
-/// Scopes nest: the innermost wins. Outside any autodiff computation this is a no-op that
-/// just runs `f`.
+/// Scopes nest: the innermost wins; a [`checkpoint`](crate::checkpoint()) region inside
+/// wins over them. Outside any autodiff computation this is a no-op that just runs `f`. If
+/// `f` panics, the scope is closed as the panic unwinds.
+///
+/// A scope is per thread: it does not reach ops recorded on other threads, such as the
+/// worker threads on which burn-train's multi-device and DDP strategies (or your own
+/// data-parallel code) run the model's forward and backward. Use
+/// [`set_policy`] (process-wide) there, or [`checkpoint`](crate::checkpoint()) regions
+/// inside the model's `forward` (they run on whatever thread runs the forward).
 pub fn with_policy<R>(policy: Policy, f: impl FnOnce() -> R) -> R {
     CONTEXT.with(|cx| cx.borrow_mut().scoped.push(policy));
     let _guard = PopOnDrop(|cx: &mut Context| {
@@ -206,44 +424,65 @@ pub(crate) struct Placement {
 
 /// Decides, at record time, whether an op's output is rebuilt rather than kept.
 ///
-/// `balanced` is true for graphs recorded under Burn's `BalancedCheckpointing`.
+/// `balanced` is true for graphs recorded under Burn's `BalancedCheckpointing`; it only
+/// picks the default when no policy was chosen (NOTE [process-policy]). A [`Selector`] is
+/// asked after the thread's context and the process-wide policy are released: the user's
+/// rule may itself call [`set_policy`], [`with_policy`] or record ops.
 pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement {
-    CONTEXT.with(|cx| {
+    let (region, answer) = CONTEXT.with(|cx| {
         let cx = cx.borrow();
         let region = cx.regions.last().copied().unwrap_or(0);
-        if !replayable {
-            return Placement {
-                recompute: false,
-                leaf_view: false,
-                region,
-                thrifty: false,
-            };
-        }
-        let decide = |policy: &Policy| {
-            let recompute = policy.recomputes(op);
-            (recompute, recompute && matches!(policy, Policy::Balanced))
-        };
-        let (recompute, thrifty) = if region != 0 {
+        let answer = if !replayable {
+            Some(Answer::KEEP)
+        } else if region != 0 {
             // NOTE [regions]: inside a region every replayable value is rebuilt.
-            (true, false)
-        } else if let Some(scoped) = cx.scoped.last() {
-            decide(scoped)
-        } else if balanced {
-            decide(
-                &DEFAULT_BALANCED
-                    .read()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
-            )
+            Some(Answer::RECOMPUTE)
         } else {
-            (false, false)
+            cx.scoped.last().map(|scoped| scoped.answer(op))
         };
-        Placement {
-            recompute,
-            leaf_view: false,
-            region,
-            thrifty,
+        (region, answer)
+    });
+    let answer = answer.or_else(|| process_answer(op)).unwrap_or_else(|| {
+        if balanced {
+            Policy::Balanced.answer(op)
+        } else {
+            Answer::KEEP
         }
-    })
+    });
+    let (recompute, thrifty) = answer.resolve(op);
+    Placement {
+        recompute,
+        leaf_view: false,
+        region,
+        thrifty,
+    }
+}
+
+/// A policy's answer for one op, or the user rule that will give it once no borrow or lock
+/// is held (see [`place`]).
+enum Answer {
+    Given { recompute: bool, thrifty: bool },
+    Ask(Selector),
+}
+
+impl Answer {
+    const KEEP: Answer = Answer::Given {
+        recompute: false,
+        thrifty: false,
+    };
+    const RECOMPUTE: Answer = Answer::Given {
+        recompute: true,
+        thrifty: false,
+    };
+
+    /// Whether the output is recomputed, and whether that came from [`Policy::Balanced`]
+    /// (which also weighs bytes: NOTE [thrifty-balanced] in `ops/rule.rs`).
+    fn resolve(self, op: &OpInfo) -> (bool, bool) {
+        match self {
+            Answer::Given { recompute, thrifty } => (recompute, thrifty),
+            Answer::Ask(selector) => (selector.decide(op) == Decision::Recompute, false),
+        }
+    }
 }
 
 /// Whether region instance `region` is active on this thread now (0 means "no region").

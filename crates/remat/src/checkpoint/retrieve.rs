@@ -12,6 +12,7 @@
 //!   stored, rebuildable or held on the edge.
 //! - Locks are taken child before parent, never the other way round, and never two
 //!   siblings at once: no lock-order cycle is possible in a DAG.
+//! - No lock is held while an op's forward runs in a replay (NOTE [replay-unlocked]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -117,23 +118,35 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
 }
 
 /// Replays the op of `node` from its inputs and stores the result for the reads to come.
+///
+/// NOTE [replay-unlocked]: the op runs with no lock held. A custom op's replay is its
+/// retro-forward, user code that may record ops or run a backward pass of its own; it must
+/// not find this node locked. The op is taken out of the node for the replay and put back
+/// afterwards: the node belongs to the running pass (claimed, NOTE [no-retain-graph]), so
+/// nothing else reads its op meanwhile. If the replay panics, the op is dropped on the way
+/// out and the node (consumed) is freed with its graph.
 fn replay<B: Backend>(node: &Node<B>) {
-    let mut state = node.lock();
-    let Slot::Evicted(signature) = &state.slot else {
-        return;
+    let (signature, op) = {
+        let mut state = node.lock();
+        let Slot::Evicted(signature) = &state.slot else {
+            return;
+        };
+        let signature = signature.clone();
+        let op = state.op.take().unwrap_or_else(|| {
+            panic!(
+                "remat internal error: {node:?} must be rebuilt but its op was already \
+                 consumed (INVARIANT [rebuildable])"
+            )
+        });
+        (signature, op)
     };
-    let signature = signature.clone();
-    let op = state.op.as_ref().unwrap_or_else(|| {
-        panic!(
-            "remat internal error: {node:?} must be rebuilt but its op was already consumed \
-             (INVARIANT [rebuildable])"
-        )
-    });
     let values: Values<B> = op.replay_inputs().map(read_input).collect();
     #[cfg(feature = "tracing")]
     tracing::trace!(node = %node.id, op = node.name, "remat: replay");
     let value = op.rule.forward(values);
     signature.check::<B>(&value, node.name);
     stats::on_replay(node.name);
+    let mut state = node.lock();
+    state.op = Some(op);
     state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.name));
 }

@@ -2,21 +2,23 @@
 //!
 //! Burn picks the strategy with `device.autodiff()` ([`NoCheckpointing`]) or
 //! `device.autodiff().gradient_checkpointing()` ([`BalancedCheckpointing`]). Here the type
-//! only selects a default policy: `NoCheckpointing` records with
-//! [`Policy::SaveAll`](super::policy::Policy::SaveAll), `BalancedCheckpointing` with the
-//! policy set by [`set_policy`](super::policy::set_policy) (Burn's balanced behaviour unless
-//! changed). Scopes and regions apply under both.
+//! only picks the default policy, used when no policy was chosen:
+//! [`Policy::SaveAll`](super::policy::Policy::SaveAll) under `NoCheckpointing`,
+//! [`Policy::Balanced`](super::policy::Policy::Balanced) under `BalancedCheckpointing`. A
+//! policy set with [`set_policy`](super::policy::set_policy), scopes and regions apply under
+//! both.
 
 use core::fmt::Debug;
 
 /// A checkpoint strategy type parameter of [`Autodiff`](crate::Autodiff).
 pub trait CheckpointStrategy: Clone + Copy + Debug + Default + Send + Sync + 'static {
-    /// Whether graphs recorded under this strategy use the process-wide balanced policy
-    /// (see [`set_policy`](super::policy::set_policy)) rather than `SaveAll`.
+    /// Whether graphs recorded under this strategy default to
+    /// [`Policy::Balanced`](super::policy::Policy::Balanced) (else to
+    /// [`Policy::SaveAll`](super::policy::Policy::SaveAll)) when no policy was chosen.
     const BALANCED: bool;
 }
 
-/// Keep every value a backward step needs (Burn's default).
+/// Keep every value a backward step needs (Burn's default), unless a policy is chosen.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoCheckpointing {}
 
@@ -25,7 +27,7 @@ impl CheckpointStrategy for NoCheckpointing {
 }
 
 /// Recompute cheap element-wise outputs, keep compute-bound ones (Burn's balanced
-/// checkpointing), or whatever policy [`set_policy`](super::policy::set_policy) chose.
+/// checkpointing), unless a policy is chosen.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BalancedCheckpointing {}
 

@@ -60,8 +60,10 @@ pub(crate) struct State<B: BackendTypes> {
     /// pass starts (NOTE [no-retain-graph] in `graph/backward.rs`).
     pub(crate) consumed: bool,
     pub(crate) slot: Slot<B>,
-    /// Reads still to come in the running backward pass.
-    pub(crate) n_required: usize,
+    /// Reads still to come in the running backward pass. A `u32` keeps [`Node`] small
+    /// (`a_node_is_small`); reaching 2^32 would take as many edges into one node, hundreds
+    /// of GiB of graph.
+    pub(crate) n_required: u32,
     /// Set on leaves that are parameters of a distributed model: their gradient is
     /// submitted for synchronisation once complete. Marking a leaf sets it here, in the node
     /// that every graph already recorded with the leaf holds (NOTE [distributed-backward]
@@ -399,7 +401,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let Some(op) = &state.op else {
             return;
         };
-        let reads = op.reads;
+        let reads = &op.reads;
         for (i, input) in op.inputs.iter().enumerate() {
             if reads.has_input(i)
                 && let Some(producer) = input.producer()
@@ -451,7 +453,7 @@ impl<B: Backend> GraphNode for Node<B> {
             return;
         };
         let grad = grads.remove::<B>(self.id);
-        let mut cx = Vjp::new(self, &op.inputs, op.reads, grads);
+        let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
         if let Some(grad) = grad {
             op.rule.vjp(&mut cx, grad);
         }

@@ -380,7 +380,7 @@ where
         let retro = self.retro.map(|retro| {
             let ids = retro.parents.iter().map(AutodiffTensor::id).collect();
             inputs.extend(retro.parents.into_iter().map(CustomInput::Replay));
-            (Mutex::new(retro.forward), ids)
+            (Mutex::new(Some(retro.forward)), ids)
         });
         let rule = CustomRule::<B, BO, N> {
             step: Mutex::new(Some((self.backward, state))),
@@ -401,8 +401,15 @@ pub enum OpsKind<BO, B: Backend, S, C, const N: usize> {
     UnTracked(OpsPrep<BO, B, S, C, N, UnTracked>),
 }
 
-/// A retro-forward in a rule: it is `Send` only, the mutex makes the rule `Sync`.
-type SharedRetro = Mutex<Box<dyn RetroForward>>;
+/// A retro-forward in a rule: it is `Send` only, the mutex makes the rule `Sync`. Taken out
+/// while it runs, so that no lock is held over the user's code.
+type SharedRetro = Mutex<Option<Box<dyn RetroForward>>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The rule of a custom op: its backward is the user's.
 struct CustomRule<B, BO: Backward<B, N>, const N: usize>
@@ -438,17 +445,21 @@ impl<B: Backend, BO: Backward<B, N>, const N: usize> Rule<B> for CustomRule<B, B
             states.save(*id, value);
         }
         let out = NodeId::new();
-        let retro = retro
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        retro.forward(&mut states, out);
-        states.values.take(&out).unwrap_or_else(|| {
+        // The user's code runs with the mutex released (NOTE [replay-unlocked] in
+        // `checkpoint/retrieve.rs`): a node is replayed at most once at a time.
+        let forward = lock(retro).take().unwrap_or_else(|| {
+            panic!("remat internal error: a custom op's retro-forward ran twice at once")
+        });
+        forward.forward(&mut states, out);
+        let Some(output) = states.values.take(&out) else {
             panic!(
-                "remat: a custom op's retro-forward ({retro:?}) did not save its output: it \
+                "remat: a custom op's retro-forward ({forward:?}) did not save its output: it \
                  must call `states.save(out_node, output)` with the `out_node` it is given and \
                  a float tensor of the op's backend"
             )
-        })
+        };
+        *lock(retro) = Some(forward);
+        output
     }
 
     fn reads(&self, _tracked: rule::Tracked) -> Reads {

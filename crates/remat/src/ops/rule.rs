@@ -21,65 +21,123 @@ use crate::tensor::AutodiffTensor;
 /// The float values an op reads: its inputs in order.
 pub(crate) type Values<B> = SmallVec<[FloatTensor<B>; 2]>;
 
-/// Which values a backward step reads: a set of inputs and maybe the output.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Input indices from [`INLINE`] on, one bit each: bit `i - INLINE` of word
+/// `(i - INLINE) / 64` for input `i`. Only ops with more inputs than that have one (`cat`,
+/// custom ops with many parents or checkpoints); boxed, so that the common case costs one
+/// word (`graph::node`'s `a_node_is_small`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Spill(Vec<u64>);
+
+/// Inputs below this index are one bit each of a `u32`; the rest go to a [`Spill`].
+const INLINE: usize = 32;
+
+/// Whether input `i` is in the set stored as `low` (inputs below [`INLINE`]) and `high`.
+fn contains(low: u32, high: &Option<Box<Spill>>, i: usize) -> bool {
+    if i < INLINE {
+        return low & (1 << i) != 0;
+    }
+    let i = i - INLINE;
+    high.as_ref()
+        .and_then(|spill| spill.0.get(i / 64))
+        .is_some_and(|word| word & (1 << (i % 64)) != 0)
+}
+
+/// Adds input `i` to the set stored as `low` and `high`.
+fn insert(low: &mut u32, high: &mut Option<Box<Spill>>, i: usize) {
+    if i < INLINE {
+        *low |= 1 << i;
+        return;
+    }
+    let i = i - INLINE;
+    let words = &mut high.get_or_insert_with(Box::default).0;
+    if words.len() <= i / 64 {
+        words.resize(i / 64 + 1, 0);
+    }
+    words[i / 64] |= 1 << (i % 64);
+}
+
+/// Which values a backward step reads: a set of inputs (any number of them) and maybe the
+/// output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Reads {
-    inputs: u32,
+    /// Inputs `0..INLINE`, bit `i` for input `i`.
+    low: u32,
     pub(crate) output: bool,
+    /// Inputs from `INLINE` on; `None` when none of them is read.
+    high: Option<Box<Spill>>,
 }
 
 impl Reads {
     /// Reads nothing.
     pub(crate) const NOTHING: Reads = Reads {
-        inputs: 0,
+        low: 0,
         output: false,
+        high: None,
     };
     /// Reads the output.
     pub(crate) const OUTPUT: Reads = Reads {
-        inputs: 0,
+        low: 0,
         output: true,
+        high: None,
     };
 
     /// Reads input `i`.
-    pub(crate) const fn input(i: usize) -> Reads {
-        Reads {
-            inputs: 1 << i,
-            output: false,
-        }
+    pub(crate) fn input(i: usize) -> Reads {
+        Reads::NOTHING.with_input_if(i, true)
     }
 
     /// Also reads input `i` when `cond` holds.
-    pub(crate) const fn with_input_if(self, i: usize, cond: bool) -> Reads {
+    pub(crate) fn with_input_if(mut self, i: usize, cond: bool) -> Reads {
         if cond {
-            Reads {
-                inputs: self.inputs | (1 << i),
-                output: self.output,
-            }
-        } else {
-            self
+            self.insert(i);
         }
+        self
     }
 
     /// Also reads the output when `cond` holds.
-    pub(crate) const fn with_output_if(self, cond: bool) -> Reads {
-        Reads {
-            inputs: self.inputs,
-            output: self.output || cond,
-        }
+    pub(crate) fn with_output_if(mut self, cond: bool) -> Reads {
+        self.output |= cond;
+        self
     }
 
-    pub(crate) const fn has_input(self, i: usize) -> bool {
-        self.inputs & (1 << i) != 0
+    /// Whether input `i` is read.
+    pub(crate) fn has_input(&self, i: usize) -> bool {
+        contains(self.low, &self.high, i)
+    }
+
+    /// Adds input `i`.
+    pub(crate) fn insert(&mut self, i: usize) {
+        insert(&mut self.low, &mut self.high, i);
     }
 }
 
-/// Which inputs of an op are tracked (need a gradient).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Tracked(u32);
+/// Which inputs of an op are tracked (need a gradient): any number of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tracked {
+    low: u32,
+    high: Option<Box<Spill>>,
+}
 
 impl Tracked {
-    pub(crate) const fn get(self, i: usize) -> bool {
-        self.0 & (1 << i) != 0
+    /// The tracked inputs of `inputs`, where `tracked(input)` says whether one is.
+    fn of<T>(inputs: &[T], tracked: impl Fn(&T) -> bool) -> Self {
+        let mut set = Tracked::default();
+        for (i, input) in inputs.iter().enumerate() {
+            if tracked(input) {
+                insert(&mut set.low, &mut set.high, i);
+            }
+        }
+        set
+    }
+
+    /// Whether input `i` is tracked.
+    pub(crate) fn get(&self, i: usize) -> bool {
+        contains(self.low, &self.high, i)
+    }
+
+    /// Whether no input is tracked.
+    fn is_empty(&self) -> bool {
+        self.low == 0 && self.high.is_none()
     }
 }
 
@@ -118,7 +176,7 @@ pub(crate) trait Rule<B: BackendTypes>: Send + Sync + 'static {
 pub(crate) struct Vjp<'a, B: BackendTypes> {
     node: &'a Node<B>,
     inputs: &'a [Input<B>],
-    reads: Reads,
+    reads: &'a Reads,
     done: Reads,
     grads: &'a mut Gradients,
 }
@@ -127,7 +185,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
     pub(crate) fn new(
         node: &'a Node<B>,
         inputs: &'a [Input<B>],
-        reads: Reads,
+        reads: &'a Reads,
         grads: &'a mut Gradients,
     ) -> Self {
         Self {
@@ -151,7 +209,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
             "remat internal error: op `{}` reads input {i} without declaring it (or twice)",
             self.node.name
         );
-        self.done = self.done.with_input_if(i, true);
+        self.done.insert(i);
         retrieve::read_input(&self.inputs[i])
     }
 
@@ -207,7 +265,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
     pub(crate) fn release_unread(&mut self) {
         for i in 0..self.inputs.len() {
             if self.reads.has_input(i) && !self.done.has_input(i) {
-                self.done = self.done.with_input_if(i, true);
+                self.done.insert(i);
                 drop(retrieve::read_input(&self.inputs[i]));
             }
         }
@@ -278,13 +336,8 @@ fn record_impl<B: Backend, R: Rule<B>>(
     balanced: bool,
     output: Option<FloatTensor<B>>,
 ) -> AutodiffTensor<B> {
-    let mut mask = 0u32;
-    for (i, input) in inputs.iter().enumerate() {
-        if input.node.is_some() {
-            mask |= 1 << i;
-        }
-    }
-    if mask == 0 {
+    let tracked = Tracked::of(&inputs, |input| input.node.is_some());
+    if tracked.is_empty() {
         let values: Values<B> = inputs.into_iter().map(|t| t.primitive).collect();
         let output = output.unwrap_or_else(|| rule.forward(values));
         return AutodiffTensor::new(output);
@@ -296,7 +349,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
         && inputs
             .iter()
             .all(|t| t.node.as_ref().is_some_and(|n| n.kind == NodeKind::Leaf));
-    let reads = rule.reads(Tracked(mask));
+    let reads = rule.reads(tracked);
     let mut output = output;
     if placement.thrifty {
         // NOTE [thrifty-balanced]: Balanced rebuilds a cheap output to save its bytes, but a
@@ -426,18 +479,15 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
     balanced: bool,
     output: FloatTensor<B>,
 ) -> AutodiffTensor<B> {
-    let mut mask = 0u32;
-    for (i, input) in inputs.iter().enumerate() {
-        if let CustomInput::Parent(Some(_)) = input {
-            mask |= 1 << i;
-        }
-    }
-    if mask == 0 {
+    let tracked = Tracked::of(&inputs, |input| {
+        matches!(input, CustomInput::Parent(Some(_)))
+    });
+    if tracked.is_empty() {
         return AutodiffTensor::new(output);
     }
     let info = rule.info();
     let placement = policy::place(&info, rule.replayable(), balanced);
-    let reads = rule.reads(Tracked(mask));
+    let reads = rule.reads(tracked);
     let edges = inputs
         .into_iter()
         .enumerate()

@@ -134,27 +134,12 @@ pub(crate) fn reshape<B: Backend>(
     apply(balanced, Layout::Reshape { from, to: shape }, tensor)
 }
 
-/// The most inputs one recorded op may have (the width of the tracked-inputs mask).
-const MAX_INPUTS: usize = 32;
-
-/// Concatenates `tensors` along `dim`.
-///
-/// More than [`MAX_INPUTS`] tensors are concatenated in groups, then the groups: a copy, so
-/// the values are the same as one concatenation.
+/// Concatenates `tensors` along `dim`: one recorded op, whatever the number of inputs.
 pub(crate) fn cat<B: Backend>(
     balanced: bool,
     tensors: Vec<AutodiffTensor<B>>,
     dim: usize,
 ) -> AutodiffTensor<B> {
-    if tensors.len() > MAX_INPUTS {
-        let mut groups = Vec::with_capacity(tensors.len().div_ceil(MAX_INPUTS));
-        let mut rest = tensors.into_iter().peekable();
-        while rest.peek().is_some() {
-            let group: Vec<_> = rest.by_ref().take(MAX_INPUTS).collect();
-            groups.push(cat(balanced, group, dim));
-        }
-        return cat(balanced, groups, dim);
-    }
     let sizes = tensors.iter().map(|t| t.primitive.shape()[dim]).collect();
     let inputs: SmallVec<[AutodiffTensor<B>; 2]> = tensors.into_iter().collect();
     record(Cat { dim, sizes }, inputs, balanced)

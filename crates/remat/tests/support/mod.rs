@@ -190,3 +190,18 @@ pub fn check(
     }
     reference
 }
+
+/// Runs `f` on a thread of its own and waits for it at most a minute: a deadlock fails the
+/// test instead of hanging it, and a panic in `f` fails it too.
+pub fn finishes<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    use std::sync::mpsc::{self, RecvTimeoutError};
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(value) => value,
+        Err(RecvTimeoutError::Timeout) => panic!("{what}: still running after 60 s (deadlock)"),
+        Err(RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
