@@ -6,7 +6,7 @@ mod support;
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{AutodiffBackend, TensorMetadata, read_sync};
 use burn_std::IntDType;
-use support::{A, I, Input, Rng, T, check, tensor, values};
+use support::{A, Fd, I, Input, Rng, T, check, tensor, values};
 
 /// Gradients of `program` on one input, checked (see `support::check`).
 fn check1(name: &str, x: &Input, program: impl Fn(T) -> T) -> Vec<f64> {
@@ -14,7 +14,20 @@ fn check1(name: &str, x: &Input, program: impl Fn(T) -> T) -> Vec<f64> {
         name,
         std::slice::from_ref(x),
         |xs| program(xs[0].clone()),
-        true,
+        Fd::Smooth,
+    )
+    .pop()
+    .unwrap()
+}
+
+/// [`check1`] for an op that selects elements (max/min, sort, top-k, running extremes): it
+/// is piecewise linear, with kinks where two elements tie.
+fn check1_ties(name: &str, x: &Input, program: impl Fn(T) -> T) -> Vec<f64> {
+    check(
+        name,
+        std::slice::from_ref(x),
+        |xs| program(xs[0].clone()),
+        Fd::Kinked("selects elements: kinks where two elements tie"),
     )
     .pop()
     .unwrap()
@@ -27,7 +40,12 @@ fn random(seed: u64, shape: &[usize], offset: f64) -> Input {
 
 /// The loss weight of a one-element output (the harness seeds backward with fixed weights).
 fn unit_weight() -> f64 {
-    let g = check("weight", &[input(&[1.0], &[1])], |xs| xs[0].clone(), true);
+    let g = check(
+        "weight",
+        &[input(&[1.0], &[1])],
+        |xs| xs[0].clone(),
+        Fd::Smooth,
+    );
     g[0][0]
 }
 
@@ -110,7 +128,7 @@ fn sums_and_means() {
     check1("x * mean(x)", &x, |t| {
         A::float_mul(t.clone(), A::float_mean(t))
     });
-    check1("x * max_dim(x)", &x, |t| {
+    check1_ties("x * max_dim(x)", &x, |t| {
         A::float_mul(t.clone(), A::float_max_dim(t, 2))
     });
 
@@ -145,7 +163,7 @@ fn products() {
         "prod_dim with zeros",
         std::slice::from_ref(&z),
         |xs| A::float_sum(A::float_prod_dim(xs[0].clone(), 1)),
-        true,
+        Fd::Smooth,
     );
     let w = g[0][7] / 3.5; // the loss weight: d/dx[2,1] = 7 * 0.5 = 3.5
     let expected = [0.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.5, 3.5, 7.0];
@@ -176,8 +194,8 @@ fn cumulative_ops() {
     for dim in 0..2 {
         check1("cumsum", &x, |t| A::float_cumsum(t, dim));
         check1("cumprod", &x, |t| A::float_cumprod(t, dim));
-        check1("cummin", &x, |t| A::float_cummin(t, dim));
-        check1("cummax", &x, |t| A::float_cummax(t, dim));
+        check1_ties("cummin", &x, |t| A::float_cummin(t, dim));
+        check1_ties("cummax", &x, |t| A::float_cummax(t, dim));
     }
     for dim in 0..3 {
         check1("cumsum of swapped", &y, |t| {
@@ -186,10 +204,10 @@ fn cumulative_ops() {
         check1("cumprod of swapped", &y, |t| {
             A::float_cumprod(swapped(t), dim)
         });
-        check1("cummax of swapped", &y, |t| {
+        check1_ties("cummax of swapped", &y, |t| {
             A::float_cummax(swapped(t), dim)
         });
-        check1("cummin of swapped", &y, |t| {
+        check1_ties("cummin of swapped", &y, |t| {
             A::float_cummin(swapped(t), dim)
         });
     }
@@ -199,7 +217,7 @@ fn cumulative_ops() {
         "cumsum exact",
         &[input(&[1.0, 2.0, 3.0, 4.0], &[4])],
         |xs| A::float_sum(A::float_cumsum(xs[0].clone(), 0)),
-        true,
+        Fd::Smooth,
     );
     let w = unit_weight();
     assert_eq!(g[0], vec![4.0 * w, 3.0 * w, 2.0 * w, w]);
@@ -220,7 +238,7 @@ fn cumulative_ops() {
         "cumprod with zeros exact",
         &[input(&[2.0, 0.0, 3.0, 0.5], &[4])],
         |xs| A::float_sum(A::float_cumprod(xs[0].clone(), 0)),
-        true,
+        Fd::Smooth,
     );
     let w = unit_weight();
     assert_close(&g[0], &[w, 11.0 * w, 0.0, 0.0]);
@@ -230,7 +248,7 @@ fn cumulative_ops() {
         "cummax exact",
         &[input(&[1.0, 3.0, 2.0, 5.0, 4.0], &[5])],
         |xs| A::float_sum(A::float_cummax(xs[0].clone(), 0)),
-        true,
+        Fd::Kinked("a running extreme: kinks where an element ties it"),
     );
     let w = unit_weight();
     assert_eq!(g[0], vec![w, 2.0 * w, 0.0, 2.0 * w, 0.0]);
@@ -238,7 +256,7 @@ fn cumulative_ops() {
         "cummin exact",
         &[input(&[3.0, 1.0, 2.0, 0.0, 4.0], &[5])],
         |xs| A::float_sum(A::float_cummin(xs[0].clone(), 0)),
-        true,
+        Fd::Kinked("a running extreme: kinks where an element ties it"),
     );
     let w = unit_weight();
     assert_eq!(g[0], vec![w, 2.0 * w, 0.0, 2.0 * w, 0.0]);
@@ -247,37 +265,37 @@ fn cumulative_ops() {
 #[test]
 fn max_and_min() {
     let x = random(7, &[3, 4, 2], 0.0);
-    let g = check1("max", &x, A::float_max);
+    let g = check1_ties("max", &x, A::float_max);
     assert_eq!(g.iter().filter(|v| **v != 0.0).count(), 1);
-    check1("min", &x, A::float_min);
-    check1("max_abs", &x, A::float_max_abs);
+    check1_ties("min", &x, A::float_min);
+    check1_ties("max_abs", &x, A::float_max_abs);
     for dim in 0..3 {
-        let g = check1("max_dim", &x, |t| A::float_max_dim(t, dim));
+        let g = check1_ties("max_dim", &x, |t| A::float_max_dim(t, dim));
         assert_eq!(g.iter().filter(|v| **v != 0.0).count(), 24 / x.shape[dim]);
-        check1("min_dim", &x, |t| A::float_min_dim(t, dim));
-        check1("max_abs_dim", &x, |t| A::float_max_abs_dim(t, dim));
-        check1("max_dim_with_indices", &x, |t| {
+        check1_ties("min_dim", &x, |t| A::float_min_dim(t, dim));
+        check1_ties("max_abs_dim", &x, |t| A::float_max_abs_dim(t, dim));
+        check1_ties("max_dim_with_indices", &x, |t| {
             A::float_max_dim_with_indices(t, dim, IntDType::I64).0
         });
-        check1("min_dim_with_indices", &x, |t| {
+        check1_ties("min_dim_with_indices", &x, |t| {
             A::float_min_dim_with_indices(t, dim, IntDType::I32).0
         });
     }
     let y = random(8, &[4, 3, 2], 0.0);
     for dim in 0..3 {
-        check1("max_dim of swapped", &y, |t| {
+        check1_ties("max_dim of swapped", &y, |t| {
             A::float_max_dim(swapped(t), dim)
         });
-        check1("min_dim of swapped", &y, |t| {
+        check1_ties("min_dim of swapped", &y, |t| {
             A::float_min_dim(swapped(t), dim)
         });
-        check1("max_abs_dim of swapped", &y, |t| {
+        check1_ties("max_abs_dim of swapped", &y, |t| {
             A::float_max_abs_dim(swapped(t), dim)
         });
     }
-    check1("max of swapped", &y, |t| A::float_max(swapped(t)));
-    check1("min of swapped", &y, |t| A::float_min(swapped(t)));
-    check1("max_abs of swapped", &y, |t| A::float_max_abs(swapped(t)));
+    check1_ties("max of swapped", &y, |t| A::float_max(swapped(t)));
+    check1_ties("min of swapped", &y, |t| A::float_min(swapped(t)));
+    check1_ties("max_abs of swapped", &y, |t| A::float_max_abs(swapped(t)));
 
     // Values, shapes and indices match the inner backend.
     let t = tensor(x.values.clone(), &x.shape);
@@ -297,13 +315,13 @@ fn max_and_min() {
     );
 
     // The gradient of |x| at the selected position carries sign(x).
-    let g = check1(
+    let g = check1_ties(
         "max_abs negative",
         &input(&[0.5, -2.0, 1.0], &[3]),
         A::float_max_abs,
     );
     assert!(g[0] == 0.0 && g[2] == 0.0 && g[1] != 0.0);
-    let g_max = check1("max plain", &input(&[0.5, 2.0, 1.0], &[3]), A::float_max);
+    let g_max = check1_ties("max plain", &input(&[0.5, 2.0, 1.0], &[3]), A::float_max);
     assert_eq!(g[1], -g_max[1]);
 
     // Ties: the gradient goes, whole, to the index the inner argmax/argmin chooses.
@@ -317,7 +335,7 @@ fn max_and_min() {
         "max tie",
         std::slice::from_ref(&tied),
         |xs| A::float_max(xs[0].clone()),
-        false,
+        Fd::Skip("at a tie max is not differentiable (its one-sided derivatives differ)"),
     );
     assert_eq!(g[0].iter().filter(|v| **v != 0.0).count(), 1);
     assert!(g[0][argmax[0] as usize] != 0.0);
@@ -330,7 +348,7 @@ fn max_and_min() {
         "min tie",
         std::slice::from_ref(&tied),
         |xs| A::float_min(xs[0].clone()),
-        false,
+        Fd::Skip("at a tie min is not differentiable (its one-sided derivatives differ)"),
     );
     assert_eq!(g[0].iter().filter(|v| **v != 0.0).count(), 1);
     assert!(g[0][argmin[0] as usize] != 0.0);
@@ -341,38 +359,38 @@ fn sort_and_topk() {
     let x = random(9, &[3, 5], 0.0);
     for dim in 0..2 {
         for descending in [false, true] {
-            let g = check1("sort", &x, |t| A::float_sort(t, dim, descending));
+            let g = check1_ties("sort", &x, |t| A::float_sort(t, dim, descending));
             assert!(
                 g.iter().all(|v| *v != 0.0),
                 "a permutation reaches every input"
             );
-            check1("sort_with_indices", &x, |t| {
+            check1_ties("sort_with_indices", &x, |t| {
                 A::float_sort_with_indices(t, dim, descending, IntDType::I64).0
             });
         }
         for k in [1, 2] {
-            let g = check1("topk", &x, |t| A::float_topk(t, dim, k));
+            let g = check1_ties("topk", &x, |t| A::float_topk(t, dim, k));
             let lanes = 15 / x.shape[dim];
             assert_eq!(g.iter().filter(|v| **v != 0.0).count(), lanes * k);
-            check1("topk_with_indices", &x, |t| {
+            check1_ties("topk_with_indices", &x, |t| {
                 A::float_topk_with_indices(t, dim, k, IntDType::I64).0
             });
         }
     }
     let y = random(10, &[4, 3, 2], 0.0);
-    check1("sort of swapped", &y, |t| {
+    check1_ties("sort of swapped", &y, |t| {
         A::float_sort(swapped(t), 2, true)
     });
-    check1("topk of swapped", &y, |t| A::float_topk(swapped(t), 1, 2));
+    check1_ties("topk of swapped", &y, |t| A::float_topk(swapped(t), 1, 2));
 
     // Sorting [3, 1, 2]: the i-th output's weight goes to the input it came from.
     let v = input(&[3.0, 1.0, 2.0], &[3]);
-    let sorted = check1("sort exact", &v, |t| A::float_sort(t, 0, false));
+    let sorted = check1_ties("sort exact", &v, |t| A::float_sort(t, 0, false));
     let out = check(
         "identity weights",
         std::slice::from_ref(&v),
         |xs| xs[0].clone(),
-        true,
+        Fd::Smooth,
     );
     // out[0] holds the loss weights r; sorted ascending picks x1, x2, x0.
     assert_eq!(sorted, vec![out[0][2], out[0][0], out[0][1]]);
@@ -453,7 +471,7 @@ fn matmul_with_batch_broadcasting() {
             "matmul",
             &[l.clone(), r.clone()],
             |xs| A::float_matmul(xs[0].clone(), xs[1].clone()),
-            true,
+            Fd::Smooth,
         );
         assert_eq!(g[0].len(), l.values.len());
         assert_eq!(g[1].len(), r.values.len());
@@ -463,7 +481,7 @@ fn matmul_with_batch_broadcasting() {
             "matmul constant rhs",
             std::slice::from_ref(&l),
             |xs| A::float_matmul(xs[0].clone(), tensor(rc.values.clone(), &rc.shape)),
-            true,
+            Fd::Smooth,
         );
         assert!(g[0].iter().any(|v| *v != 0.0));
         let lc = l.clone();
@@ -471,7 +489,7 @@ fn matmul_with_batch_broadcasting() {
             "matmul constant lhs",
             std::slice::from_ref(&r),
             |xs| A::float_matmul(tensor(lc.values.clone(), &lc.shape), xs[0].clone()),
-            true,
+            Fd::Smooth,
         );
     }
     // A transposed (non-contiguous) operand, and a tensor multiplied by itself.
@@ -481,14 +499,14 @@ fn matmul_with_batch_broadcasting() {
         "matmul of transposed",
         &[a.clone(), b],
         |xs| A::float_matmul(A::float_swap_dims(xs[0].clone(), 1, 2), xs[1].clone()),
-        true,
+        Fd::Smooth,
     );
     let sq = Input::random(&mut rng, &[4, 4], 0.0);
     check(
         "x @ x^T",
         &[sq],
         |xs| A::float_matmul(xs[0].clone(), A::float_transpose(xs[0].clone())),
-        true,
+        Fd::Smooth,
     );
 
     // Rank-mismatched operands: [2,3,4] x [4,5] (the rhs broadcasts over the batch).
@@ -498,7 +516,7 @@ fn matmul_with_batch_broadcasting() {
         "matmul rank broadcast",
         &[l.clone(), r.clone()],
         |xs| A::float_matmul(xs[0].clone(), xs[1].clone()),
-        true,
+        Fd::Smooth,
     );
     assert_eq!(g[0].len(), l.values.len());
     assert_eq!(g[1].len(), r.values.len());
@@ -513,7 +531,7 @@ fn cross_products() {
         "cross dim 1",
         &[a.clone(), b.clone()],
         |xs| A::float_cross(xs[0].clone(), xs[1].clone(), 1),
-        true,
+        Fd::Smooth,
     );
     let c = Input::random(&mut rng, &[3, 2, 2], 0.0);
     let d = Input::random(&mut rng, &[3, 2, 2], 0.0);
@@ -521,21 +539,21 @@ fn cross_products() {
         "cross dim 0",
         &[c, d],
         |xs| A::float_cross(xs[0].clone(), xs[1].clone(), 0),
-        true,
+        Fd::Smooth,
     );
     let e = Input::random(&mut rng, &[3, 4], 0.0);
     check(
         "cross of transposed",
         &[e, b.clone()],
         |xs| A::float_cross(A::float_transpose(xs[0].clone()), xs[1].clone(), 1),
-        true,
+        Fd::Smooth,
     );
     // a x a = 0, so its gradient is zero too: b x g + g x b = 0.
     let g = check(
         "a x a",
         std::slice::from_ref(&a),
         |xs| A::float_cross(xs[0].clone(), xs[0].clone(), 1),
-        true,
+        Fd::Smooth,
     );
     assert!(g[0].iter().all(|v| v.abs() < 1e-15));
     // A constant side.
@@ -544,7 +562,7 @@ fn cross_products() {
         "cross constant rhs",
         &[a],
         |xs| A::float_cross(xs[0].clone(), tensor(bc.values.clone(), &bc.shape), 1),
-        true,
+        Fd::Smooth,
     );
     assert!(g[0].iter().any(|v| *v != 0.0));
 }

@@ -8,7 +8,7 @@ use burn_backend::{TensorData, TensorMetadata};
 use burn_std::{
     GridSampleOptions, GridSamplePaddingMode, IndexingUpdateOp, PadMode, Scalar, Shape, Slice,
 };
-use support::{A, Input, Rng, T, check};
+use support::{A, Fd, Input, Rng, T, check};
 
 fn ints(values: &[i64], shape: &[usize]) -> IntTensor<A> {
     A::int_from_data(
@@ -26,6 +26,17 @@ fn bools(values: &[bool], shape: &[usize]) -> BoolTensor<A> {
 
 fn s(start: isize, end: isize, step: isize) -> Slice {
     Slice::new(start, Some(end), step)
+}
+
+/// How an indexed update is checked against finite differences: `Min`/`Max` keep one of two
+/// values, with a kink where they tie; the other updates are smooth.
+fn update_fd(op: IndexingUpdateOp) -> Fd {
+    match op {
+        IndexingUpdateOp::Min | IndexingUpdateOp::Max => {
+            Fd::Kinked("min/max of the old and new value: a kink where they tie")
+        }
+        _ => Fd::Smooth,
+    }
 }
 
 fn dims(t: &T) -> Vec<usize> {
@@ -52,7 +63,12 @@ fn layout_rules() {
         }),
     ];
     for (name, op) in ops {
-        let g = check(name, std::slice::from_ref(&x), |xs| op(xs[0].clone()), true);
+        let g = check(
+            name,
+            std::slice::from_ref(&x),
+            |xs| op(xs[0].clone()),
+            Fd::Smooth,
+        );
         assert_eq!(g[0].len(), 24, "{name}: one gradient per input element");
     }
 }
@@ -73,7 +89,7 @@ fn expand_sums_the_broadcast_copies() {
         "expand",
         std::slice::from_ref(&x),
         |xs| A::float_expand(xs[0].clone(), Shape::new([2, 3, 4])),
-        true,
+        Fd::Smooth,
     );
     // With a plain sum as the loss, every element gets the number of its copies.
     let leaf = A::float_set_require_grad(support::tensor(x.values.clone(), &[3, 1]), true);
@@ -96,7 +112,7 @@ fn cat_of_several_and_many_inputs() {
             let bt = A::float_swap_dims(xs[1].clone(), 0, 1);
             A::float_cat(vec![xs[0].clone(), bt, xs[0].clone()], 1)
         },
-        true,
+        Fd::Smooth,
     );
     // 40 inputs in one recorded op: more than the 32 its input sets hold inline.
     let g = check(
@@ -107,7 +123,7 @@ fn cat_of_several_and_many_inputs() {
                 (0..40).map(|i| A::float_mul_scalar(xs[0].clone(), Scalar::Float(i as f64)));
             A::float_cat(parts.collect(), 0)
         },
-        true,
+        Fd::Smooth,
     );
     assert_eq!(g[0].len(), 6);
 }
@@ -125,7 +141,7 @@ fn pad_modes() {
             name,
             std::slice::from_ref(&x),
             |xs| A::float_pad(xs[0].clone(), &[(2, 1), (1, 3)], mode),
-            true,
+            Fd::Smooth,
         );
         assert_eq!(g[0].len(), 12);
     }
@@ -140,7 +156,7 @@ fn pad_modes() {
                 PadMode::Edge,
             )
         },
-        true,
+        Fd::Smooth,
     );
 }
 
@@ -152,7 +168,7 @@ fn slices_with_steps_and_non_contiguous_inputs() {
         "slice_step",
         std::slice::from_ref(&x),
         |xs| A::float_slice(xs[0].clone(), &[s(1, 4, 1), s(0, 6, 2)]),
-        true,
+        Fd::Smooth,
     );
     // Positions outside the slice get no gradient.
     for row in 0..4 {
@@ -168,7 +184,7 @@ fn slices_with_steps_and_non_contiguous_inputs() {
             let t = A::float_swap_dims(xs[0].clone(), 0, 1);
             A::float_slice(t, &[s(1, 6, 2), s(0, 3, 1)])
         },
-        true,
+        Fd::Smooth,
     );
     check(
         "slice_of_flip",
@@ -177,13 +193,13 @@ fn slices_with_steps_and_non_contiguous_inputs() {
             let t = A::float_flip(xs[0].clone(), &[0, 1]);
             A::float_slice(t, &[s(0, 3, 1), s(1, 6, 3)])
         },
-        true,
+        Fd::Smooth,
     );
     check(
         "slice_negative_step",
         std::slice::from_ref(&x),
         |xs| A::float_slice(xs[0].clone(), &[s(0, 4, -1), s(0, 6, 1)]),
-        true,
+        Fd::Smooth,
     );
 }
 
@@ -196,7 +212,7 @@ fn slice_assign_two_tracked_inputs() {
         "slice_assign",
         &[x, v],
         |xs| A::float_slice_assign(xs[0].clone(), &[s(1, 3, 1), s(0, 6, 2)], xs[1].clone()),
-        true,
+        Fd::Smooth,
     );
     // Overwritten positions pass nothing back to the tensor.
     for row in 1..3 {
@@ -218,27 +234,27 @@ fn gather_and_select_with_duplicates() {
             let idx = ints(&[0, 0, 3, 1, 1, 1, 2, 2, 0, 3, 3, 3], &[3, 4]);
             A::float_gather(1, xs[0].clone(), idx)
         },
-        true,
+        Fd::Smooth,
     );
     assert_eq!(g[0][2], 0.0, "never gathered");
     let g = check(
         "select",
         std::slice::from_ref(&x),
         |xs| A::float_select(xs[0].clone(), 0, ints(&[2, 0, 2, 2], &[4])),
-        true,
+        Fd::Smooth,
     );
     assert!(g[0][4..8].iter().all(|v| *v == 0.0), "row 1 never selected");
     check(
         "gather_nd",
         std::slice::from_ref(&x),
         |xs| A::float_gather_nd(xs[0].clone(), ints(&[0, 1, 2, 3, 0, 1], &[3, 2])),
-        true,
+        Fd::Smooth,
     );
     check(
         "gather_nd_rows",
         std::slice::from_ref(&x),
         |xs| A::float_gather_nd(xs[0].clone(), ints(&[2, 0, 2], &[3, 1])),
-        true,
+        Fd::Smooth,
     );
     // Duplicate reads accumulate: select the same row twice and compare to twice one read.
     let leaf = A::float_set_require_grad(support::tensor(x.values.clone(), &[3, 4]), true);
@@ -262,7 +278,7 @@ fn scatter_updates() {
             let idx = ints(&[1, 1, 0, 3, 2, 2], &[3, 2]);
             A::float_scatter(1, xs[0].clone(), idx, xs[1].clone(), IndexingUpdateOp::Add)
         },
-        true,
+        Fd::Smooth,
     );
     assert_eq!(g[0].len(), 12);
     for op in [
@@ -278,7 +294,7 @@ fn scatter_updates() {
                 let idx = ints(&[1, 3, 0, 2, 2, 0], &[3, 2]);
                 A::float_scatter(1, xs[0].clone(), idx, xs[1].clone(), op)
             },
-            true,
+            update_fd(op),
         );
         if op == IndexingUpdateOp::Assign {
             assert_eq!(g[0][1], 0.0, "an overwritten position");
@@ -293,7 +309,7 @@ fn scatter_updates() {
             let idx = ints(&[1, 3, 0, 2, 2, 0], &[3, 2]);
             A::float_scatter(1, base, idx, xs[0].clone(), IndexingUpdateOp::Max)
         },
-        true,
+        update_fd(IndexingUpdateOp::Max),
     );
 }
 
@@ -309,7 +325,7 @@ fn select_assign_and_scatter_nd() {
             let idx = ints(&[2, 0, 2], &[3]);
             A::float_select_assign(xs[0].clone(), 0, idx, xs[1].clone(), IndexingUpdateOp::Add)
         },
-        true,
+        Fd::Smooth,
     );
     for op in [
         IndexingUpdateOp::Assign,
@@ -324,7 +340,7 @@ fn select_assign_and_scatter_nd() {
                 let idx = ints(&[3, 0, 1], &[3]);
                 A::float_select_assign(xs[0].clone(), 0, idx, xs[1].clone(), op)
             },
-            true,
+            update_fd(op),
         );
     }
     let w = Input::random(&mut rng, &[2, 3], 0.0);
@@ -341,7 +357,7 @@ fn select_assign_and_scatter_nd() {
                 let idx = ints(&[3, 1], &[2, 1]);
                 A::float_scatter_nd(xs[0].clone(), idx, xs[1].clone(), op)
             },
-            true,
+            update_fd(op),
         );
     }
     check(
@@ -351,7 +367,7 @@ fn select_assign_and_scatter_nd() {
             let idx = ints(&[1, 1], &[2, 1]);
             A::float_scatter_nd(xs[0].clone(), idx, xs[1].clone(), IndexingUpdateOp::Add)
         },
-        true,
+        Fd::Smooth,
     );
 }
 
@@ -366,7 +382,7 @@ fn masks() {
         "mask_where",
         &[x.clone(), y],
         |xs| A::float_mask_where(xs[0].clone(), bools(&pattern, &[3, 4]), xs[1].clone()),
-        true,
+        Fd::Smooth,
     );
     for (i, chosen) in pattern.iter().enumerate() {
         assert_eq!(g[0][i] == 0.0, *chosen, "tensor gradient at {i}");
@@ -376,13 +392,13 @@ fn masks() {
         "mask_where_broadcast_value",
         &[x.clone(), row],
         |xs| A::float_mask_where(xs[0].clone(), bools(&pattern, &[3, 4]), xs[1].clone()),
-        true,
+        Fd::Smooth,
     );
     let g = check(
         "mask_fill",
         std::slice::from_ref(&x),
         |xs| A::float_mask_fill(xs[0].clone(), bools(&pattern, &[3, 4]), Scalar::Float(-3.0)),
-        true,
+        Fd::Smooth,
     );
     assert!(pattern.iter().zip(&g[0]).all(|(m, g)| (*g == 0.0) == *m));
     let g = check(
@@ -393,7 +409,7 @@ fn masks() {
             let t = A::float_reshape(t, Shape::new([3, 4]));
             burn_backend::read_sync(A::float_mask_select(t, bools(&pattern, &[3, 4])))
         },
-        true,
+        Fd::Smooth,
     );
     assert_eq!(g[0].iter().filter(|v| **v != 0.0).count(), 4);
 }
@@ -402,7 +418,8 @@ fn masks() {
 fn grid_sample_bilinear() {
     let mut rng = Rng::new(21);
     let x = Input::random(&mut rng, &[1, 2, 3, 4], 0.0);
-    // Sample points strictly inside cells, away from the kinks of bilinear interpolation.
+    // Random sample points: bilinear interpolation is piecewise in the grid, with kinks where a
+    // point crosses a pixel center.
     let grid = Input {
         values: rng.vec(2 * 3 * 2).into_iter().map(|v| 0.8 * v).collect(),
         shape: vec![1, 2, 3, 2],
@@ -420,7 +437,7 @@ fn grid_sample_bilinear() {
             name,
             &[x.clone(), grid.clone()],
             |xs| A::float_grid_sample_2d(xs[0].clone(), xs[1].clone(), options.clone()),
-            true,
+            Fd::Kinked("bilinear in the grid: kinks where a point crosses a pixel center"),
         );
         assert!(
             g[1].iter().any(|v| *v != 0.0),
