@@ -192,17 +192,18 @@ impl<'a, B: Backend> Vjp<'a, B> {
         self.grads
     }
 
-    /// Performs the declared reads the rule did not make, so that counts drain.
+    /// Releases the declared reads the rule did not make, so that counts drain, without
+    /// rebuilding the values they would have read (NOTE [release-without-rebuild]).
     pub(crate) fn release_unread(&mut self) {
         for i in 0..self.inputs.len() {
             if self.reads.has_input(i) && !self.done.has_input(i) {
                 self.done = self.done.with_input_if(i, true);
-                drop(retrieve::read_input(&self.inputs[i]));
+                retrieve::release_input(&self.inputs[i]);
             }
         }
         if self.reads.output && !self.done.output {
             self.done.output = true;
-            drop(retrieve::read_value(self.node));
+            retrieve::release(self.node);
         }
     }
 }
