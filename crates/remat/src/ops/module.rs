@@ -12,7 +12,7 @@ use burn_backend::{Backend, TensorMetadata};
 use burn_std::Shape;
 use smallvec::{SmallVec, smallvec};
 
-use super::common::{scalar, stand_in, sum_to_channels};
+use super::common::{scalar, sum_to_channels};
 use super::conv::take2_opt;
 use super::rule::{Reads, Rule, Tracked, Values, Vjp, record, record_computed};
 use super::unary::{take1, take2};
@@ -351,7 +351,7 @@ impl<B: Backend> Rule<B> for Module<B> {
                 indices,
                 weight_shape,
             } => {
-                let w = stand_in::<B>(weight_shape.clone(), &g);
+                let w = cx.shape_arg(0, weight_shape, &g);
                 cx.set(0, B::embedding_backward(w, g, indices.clone()));
             }
             // d/dx = g W^T ; d/dW = x^T g (summed over leading dims) ; d/db = sum g.
@@ -373,7 +373,7 @@ impl<B: Backend> Rule<B> for Module<B> {
                 options,
                 x_shape,
             } => {
-                let x = stand_in::<B>(x_shape.clone(), &g);
+                let x = cx.shape_arg(0, x_shape, &g);
                 let grad = B::interpolate_backward(x, g, *output_size, options.clone());
                 cx.set(0, grad);
             }

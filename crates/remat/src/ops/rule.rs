@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
+use burn_std::Shape;
 use smallvec::SmallVec;
 
+use super::common::shape_only;
 use crate::checkpoint::policy::{self, OpInfo};
 use crate::checkpoint::retrieve;
 use crate::grads::Gradients;
@@ -164,6 +166,28 @@ impl<'a, B: Backend> Vjp<'a, B> {
         );
         self.done.output = true;
         retrieve::read_value(self.node)
+    }
+
+    /// An argument with input `i`'s shape for a kernel that reads only its shape
+    /// (NOTE [shape-only-arguments]): the input's value when it is kept anyway (stored in its
+    /// producer's slot for a read still to come, or held on the edge), else one element
+    /// broadcast to `shape`. Makes no read, rebuilds nothing and allocates no input-sized
+    /// buffer.
+    pub(crate) fn shape_arg(
+        &self,
+        i: usize,
+        shape: &Shape,
+        like: &FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let input = &self.inputs[i];
+        let kept = match input.producer() {
+            Some(producer) => match &producer.lock().slot {
+                Slot::Stored(kept) => Some(kept.get().clone()),
+                Slot::Evicted(_) | Slot::Unneeded => None,
+            },
+            None => input.held.as_ref().map(|kept| kept.get().clone()),
+        };
+        kept.unwrap_or_else(|| shape_only::<B>(shape.clone(), like))
     }
 
     /// Sets the gradient of input `i` (accumulated with other gradients of the same node).
