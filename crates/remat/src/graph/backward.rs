@@ -37,11 +37,12 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
     for n in &order {
         n.plan_rebuild();
     }
-    for n in &order {
-        n.step(&mut grads);
-    }
+    // Each node is finished, and released, as soon as its step has run: every read of its
+    // value (its consumers' steps and replays, and its own step) is behind it, and a node
+    // the user no longer holds is freed before the steps that follow.
     let mut undrained = Vec::new();
-    for n in &order {
+    for n in order {
+        n.step(&mut grads);
         if !n.finish() {
             undrained.push(n.describe());
         }
