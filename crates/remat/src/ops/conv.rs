@@ -132,10 +132,6 @@ impl<B: Backend> Rule<B> for ConvRule {
     }
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
-        if self.has_bias && cx.needs_grad(2) {
-            // d/db (conv + b) sums g over batch and positions.
-            cx.set(2, sum_to_channels::<B>(g.clone()));
-        }
         if cx.needs_grad(1) {
             let x = cx.input(0);
             let w = cx.shape_arg(1, &self.weight_shape, &g);
@@ -147,7 +143,12 @@ impl<B: Backend> Rule<B> for ConvRule {
             // kept for another reader.
             let x = cx.shape_arg(0, &self.x_shape, &g);
             let w = cx.input(1);
-            cx.set(0, self.op.x_backward::<B>(|| x, w, g));
+            cx.set(0, self.op.x_backward::<B>(|| x, w, g.clone()));
+        }
+        // The bias gradient last: it is small, and held it would only add to the peak of the
+        // two convolutions. d/db (conv + b) sums g over batch and positions.
+        if self.has_bias && cx.needs_grad(2) {
+            cx.set(2, sum_to_channels::<B>(g));
         }
     }
 }

@@ -355,17 +355,19 @@ impl<B: Backend> Rule<B> for Module<B> {
                 cx.set(0, B::embedding_backward(w, g, indices.clone()));
             }
             // d/dx = g W^T ; d/dW = x^T g (summed over leading dims) ; d/db = sum g.
+            // The bias gradient last: it is small, and held it would only add to the peak
+            // of the two products.
             Module::Linear { has_bias } => {
-                if *has_bias && cx.needs_grad(2) {
-                    cx.set(2, B::linear_bias_backward(g.clone()));
-                }
                 if cx.needs_grad(1) {
                     let x = cx.input(0);
                     cx.set(1, B::linear_weight_backward(x, g.clone()));
                 }
                 if cx.needs_grad(0) {
                     let w = cx.input(1);
-                    cx.set(0, B::linear_x_backward(w, g));
+                    cx.set(0, B::linear_x_backward(w, g.clone()));
+                }
+                if *has_bias && cx.needs_grad(2) {
+                    cx.set(2, B::linear_bias_backward(g));
                 }
             }
             Module::Interpolate {
