@@ -1,6 +1,8 @@
 //! Memory and replay statistics: typed counters, not strings.
 //!
 //! Counters are process-wide atomics updated where values are stored, freed and replayed.
+//! The list of kept values behind [`saved_values`] and the replay counts by op are sharded by
+//! thread (NOTE [registry-shards]): keeping or releasing a value takes no process-wide lock.
 //! They count the values *remat* keeps for backward (saved activations and captured
 //! constants), not the user's own tensors: a leaf (a parameter) is the user's, and is
 //! reported separately as `leaf_bytes` when a backward step holds on to it.
@@ -11,8 +13,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_backend::{BackendTypes, TensorMetadata, tensor::FloatTensor};
 use burn_std::DType;
@@ -49,7 +51,6 @@ struct Counters {
     count: [AtomicU64; 4],
     peak: AtomicU64,
     replays: AtomicU64,
-    replay_by_op: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 static COUNTERS: Counters = Counters {
@@ -57,7 +58,6 @@ static COUNTERS: Counters = Counters {
     count: [const { AtomicU64::new(0) }; 4],
     peak: AtomicU64::new(0),
     replays: AtomicU64::new(0),
-    replay_by_op: Mutex::new(BTreeMap::new()),
 };
 
 /// One value currently kept, as listed by [`saved_values`].
@@ -82,19 +82,137 @@ pub struct SavedValue {
 pub struct SavedValues(pub Vec<SavedValue>);
 
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
-static REGISTRY: Mutex<BTreeMap<u64, SavedValue>> = Mutex::new(BTreeMap::new());
 
-fn registry() -> std::sync::MutexGuard<'static, BTreeMap<u64, SavedValue>> {
-    REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+// NOTE [registry-shards]: every kept value is listed for `saved_values` in a registry sharded
+// by thread. A value is entered in the shard of the thread that keeps it and removed from that
+// same shard when it is released, on whichever thread. Each shard has its own mutex, taken on
+// the hot path by its own thread (contended only when another thread releases one of its
+// values at the same instant). The process-wide lock (the list of shards) is taken once per
+// thread, when the thread keeps its first value or counts its first replay, and by the
+// reports (`saved_values`, `stats`, `reset_stats`), which walk every shard.
 
-/// The bookkeeping of one kept value: counted from creation to drop.
-pub(crate) struct Ticket {
-    id: u64,
+/// One kept value, as its shard lists it. The shape is stored inline (no allocation for up
+/// to five dims).
+struct Entry {
+    op: &'static str,
+    shape: burn_std::Shape,
+    dtype: DType,
     bytes: u64,
     reason: KeepReason,
+}
+
+/// One thread's part of the registry.
+struct Shard {
+    /// Kept values by ticket id (ids grow in keep order, process-wide).
+    values: Mutex<BTreeMap<u64, Entry>>,
+    /// Replays counted on this thread since the last [`reset_stats`], by op name.
+    replays: Mutex<BTreeMap<&'static str, u64>>,
+    /// False once the owning thread has ended: the shard is then dropped from the list as
+    /// soon as it holds no value (its replay counts move to [`Registry::retired_replays`]).
+    // INVARIANT: only the shard that serves threads whose thread-local was already destroyed
+    // (see `with_shard`) is never marked ended.
+    thread_alive: AtomicBool,
+}
+
+impl Shard {
+    fn new() -> Self {
+        Self {
+            values: Mutex::new(BTreeMap::new()),
+            replays: Mutex::new(BTreeMap::new()),
+            thread_alive: AtomicBool::new(true),
+        }
+    }
+
+    fn values(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.values
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn replays(&self) -> MutexGuard<'_, BTreeMap<&'static str, u64>> {
+        self.replays
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The list of shards (NOTE [registry-shards]).
+struct Registry {
+    shards: Vec<Arc<Shard>>,
+    /// Replay counts of the shards of ended threads, merged when they were dropped.
+    retired_replays: BTreeMap<&'static str, u64>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    shards: Vec::new(),
+    retired_replays: BTreeMap::new(),
+});
+
+/// Takes the process-wide lock: never on the hot path (NOTE [registry-shards]).
+fn registry() -> MutexGuard<'static, Registry> {
+    #[cfg(test)]
+    tests::count_global_lock();
+    let mut registry = REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    registry.prune();
+    registry
+}
+
+impl Registry {
+    /// Drops the shards of ended threads that hold no value.
+    fn prune(&mut self) {
+        let Registry {
+            shards,
+            retired_replays,
+        } = self;
+        shards.retain(|shard| {
+            if shard.thread_alive.load(Ordering::Acquire) || !shard.values().is_empty() {
+                return true;
+            }
+            for (op, n) in core::mem::take(&mut *shard.replays()) {
+                *retired_replays.entry(op).or_insert(0) += n;
+            }
+            false
+        });
+    }
+}
+
+/// A thread's handle on its shard; marks the shard ended when the thread ends.
+struct LocalShard(Arc<Shard>);
+
+impl Drop for LocalShard {
+    fn drop(&mut self) {
+        self.0.thread_alive.store(false, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static LOCAL: LocalShard = {
+        let shard = Arc::new(Shard::new());
+        registry().shards.push(shard.clone());
+        LocalShard(shard)
+    };
+}
+
+/// Runs `f` on this thread's shard, or, while the thread's locals are being destroyed, on
+/// one shared shard that is never dropped.
+fn with_shard<R>(f: impl Fn(&Arc<Shard>) -> R) -> R {
+    LOCAL.try_with(|local| f(&local.0)).unwrap_or_else(|_| {
+        static ORPHANS: std::sync::OnceLock<Arc<Shard>> = std::sync::OnceLock::new();
+        f(ORPHANS.get_or_init(|| {
+            let shard = Arc::new(Shard::new());
+            registry().shards.push(shard.clone());
+            shard
+        }))
+    })
+}
+
+/// The bookkeeping of one kept value: counted from creation to drop, listed in the shard of
+/// the thread that kept it (NOTE [registry-shards]).
+pub(crate) struct Ticket {
+    id: u64,
+    shard: Arc<Shard>,
 }
 
 impl Ticket {
@@ -109,30 +227,49 @@ impl Ticket {
         let bytes = (shape.num_elements() * dtype.size()) as u64;
         let id = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
         on_keep(reason, bytes);
-        registry().insert(
-            id,
-            SavedValue {
-                op,
-                shape: shape.iter().copied().collect(),
-                dtype,
-                bytes,
-                reason,
-            },
-        );
-        Self { id, bytes, reason }
+        let entry = Entry {
+            op,
+            shape,
+            dtype,
+            bytes,
+            reason,
+        };
+        let shard = with_shard(Arc::clone);
+        shard.values().insert(id, entry);
+        Self { id, shard }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        registry().remove(&self.id);
-        on_release(self.reason, self.bytes);
+        let entry = self.shard.values().remove(&self.id);
+        match entry {
+            Some(entry) => on_release(entry.reason, entry.bytes),
+            None => debug_assert!(false, "remat internal error: a kept value left its shard"),
+        }
     }
 }
 
-/// Lists every value currently kept for backward (see [`SavedValues`]).
+/// Lists every value currently kept for backward (see [`SavedValues`]). Walks every
+/// thread's shard of the registry (NOTE [registry-shards]).
 pub fn saved_values() -> SavedValues {
-    SavedValues(registry().values().cloned().collect())
+    let registry = registry();
+    let mut values: Vec<(u64, SavedValue)> = Vec::new();
+    for shard in &registry.shards {
+        values.extend(shard.values().iter().map(|(id, e)| {
+            let value = SavedValue {
+                op: e.op,
+                shape: e.shape.iter().copied().collect(),
+                dtype: e.dtype,
+                bytes: e.bytes,
+                reason: e.reason,
+            };
+            (*id, value)
+        }));
+    }
+    drop(registry);
+    values.sort_unstable_by_key(|(id, _)| *id);
+    SavedValues(values.into_iter().map(|(_, value)| value).collect())
 }
 
 impl fmt::Display for SavedValues {
@@ -182,11 +319,7 @@ pub(crate) fn on_release(reason: KeepReason, bytes: u64) {
 /// Records one replay of op `name` (a rematerialization in backward).
 pub(crate) fn on_replay(name: &'static str) {
     COUNTERS.replays.fetch_add(1, Ordering::Relaxed);
-    let mut by_op = COUNTERS
-        .replay_by_op
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    *by_op.entry(name).or_insert(0) += 1;
+    with_shard(|shard| *shard.replays().entry(name).or_insert(0) += 1);
 }
 
 fn activation_bytes() -> u64 {
@@ -237,11 +370,7 @@ pub fn stats() -> Stats {
         kept_by_reason,
         bytes_by_reason,
         replays: COUNTERS.replays.load(Ordering::Relaxed),
-        replays_by_op: COUNTERS
-            .replay_by_op
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone(),
+        replays_by_op: replays_by_op(),
     }
 }
 
@@ -251,11 +380,23 @@ pub fn stats() -> Stats {
 pub fn reset_stats() {
     COUNTERS.peak.store(activation_bytes(), Ordering::Relaxed);
     COUNTERS.replays.store(0, Ordering::Relaxed);
-    COUNTERS
-        .replay_by_op
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clear();
+    let mut registry = registry();
+    registry.retired_replays.clear();
+    for shard in &registry.shards {
+        shard.replays().clear();
+    }
+}
+
+/// Replays by op name, summed over every thread's shard (NOTE [registry-shards]).
+fn replays_by_op() -> BTreeMap<&'static str, u64> {
+    let registry = registry();
+    let mut by_op = registry.retired_replays.clone();
+    for shard in &registry.shards {
+        for (op, n) in shard.replays().iter() {
+            *by_op.entry(*op).or_insert(0) += n;
+        }
+    }
+    by_op
 }
 
 impl fmt::Display for Stats {
@@ -301,5 +442,96 @@ pub fn format_bytes(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static GLOBAL_LOCKS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Counts one acquisition of a process-wide lock by this thread.
+    pub(super) fn count_global_lock() {
+        GLOBAL_LOCKS.with(|c| c.set(c.get() + 1));
+    }
+
+    fn global_locks() -> u64 {
+        GLOBAL_LOCKS.with(Cell::get)
+    }
+
+    fn tensor(n: usize) -> FloatTensor<burn_flex::Flex> {
+        use burn_backend::{TensorData, ops::FloatTensorOps};
+        burn_flex::Flex::float_from_data(TensorData::new(vec![0.5f32; n], [n]), &Default::default())
+    }
+
+    /// The hot path (a value kept, a value released, a replay counted) takes no process-wide
+    /// lock: after a thread's first kept value, keeping and releasing 100 values and counting
+    /// 100 replays on it takes none.
+    #[test]
+    fn keeping_and_releasing_take_no_global_lock() {
+        std::thread::spawn(|| {
+            let value = tensor(4);
+            drop(Ticket::keep::<burn_flex::Flex>(
+                &value,
+                KeepReason::Saved,
+                "warm-up",
+            ));
+            on_replay("warm-up");
+            let before = global_locks();
+            let tickets: Vec<Ticket> = (0..100)
+                .map(|_| Ticket::keep::<burn_flex::Flex>(&value, KeepReason::Saved, "hot"))
+                .collect();
+            for _ in 0..100 {
+                on_replay("hot");
+            }
+            drop(tickets);
+            assert_eq!(
+                global_locks() - before,
+                0,
+                "process-wide locks taken on the hot path"
+            );
+        })
+        .join()
+        .expect("the hot-path thread panicked");
+    }
+
+    /// `saved_values()` lists the values kept on every thread, live or finished, in the order
+    /// they were kept, and forgets each one when it is released (on any thread).
+    #[test]
+    fn saved_values_walks_every_thread_in_keep_order() {
+        let mine = |all: SavedValues| -> Vec<(&'static str, Vec<usize>)> {
+            all.0
+                .into_iter()
+                .filter(|v| v.op.starts_with("walk-"))
+                .map(|v| (v.op, v.shape))
+                .collect()
+        };
+        let first = Ticket::keep::<burn_flex::Flex>(&tensor(3), KeepReason::Saved, "walk-a");
+        // Kept on a thread that then ends; released later, here.
+        let second = std::thread::spawn(|| {
+            Ticket::keep::<burn_flex::Flex>(&tensor(5), KeepReason::Constant, "walk-b")
+        })
+        .join()
+        .expect("the keeping thread panicked");
+        let third = Ticket::keep::<burn_flex::Flex>(&tensor(7), KeepReason::Leaf, "walk-c");
+        assert_eq!(
+            mine(saved_values()),
+            vec![
+                ("walk-a", vec![3]),
+                ("walk-b", vec![5]),
+                ("walk-c", vec![7])
+            ]
+        );
+        drop(second);
+        assert_eq!(
+            mine(saved_values()),
+            vec![("walk-a", vec![3]), ("walk-c", vec![7])]
+        );
+        drop((first, third));
+        assert!(mine(saved_values()).is_empty());
     }
 }

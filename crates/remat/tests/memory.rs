@@ -3,32 +3,60 @@
 //! baseline; `remat::stats()` agrees with the allocator about what a forward pass keeps.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Mutex;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{AutodiffBackend, TensorData};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
 
+/// Counts the allocations of the measured thread only (see [`measure`]): the test harness
+/// allocates on its own threads while a test runs (output capture, the results of finished
+/// tests), and a test thread's thread-locals are freed after the test returns.
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 
+thread_local! {
+    static MEASURED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn measured() -> bool {
+    MEASURED.try_with(Cell::get).unwrap_or(false)
+}
+
+fn grow(bytes: isize) {
+    if measured() {
+        let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        PEAK.fetch_max(live, Ordering::Relaxed);
+    }
+}
+
+fn shrink(bytes: isize) {
+    if measured() {
+        LIVE.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call forwards to `System` unchanged; the counters never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        grow(layout.size() as isize);
         unsafe { System.alloc(layout) }
     }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        grow(layout.size() as isize);
+        unsafe { System.alloc_zeroed(layout) }
+    }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        shrink(layout.size() as isize);
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
+        grow(new_size as isize - layout.size() as isize);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -38,15 +66,32 @@ static GLOBAL: Counting = Counting;
 
 type A = Autodiff<Flex>;
 
-/// The allocator counts the whole process: tests run one at a time.
+/// One measured test at a time (the counters are shared).
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Measures this thread's allocations until dropped (one test at a time). Flex, as built
+/// here, runs every kernel on the calling thread.
+struct Measuring(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+fn measure() -> Measuring {
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    MEASURED.with(|m| m.set(true));
+    Measuring(serial)
+}
+
+impl Drop for Measuring {
+    fn drop(&mut self) {
+        // Before the lock is released (fields drop after this).
+        MEASURED.with(|m| m.set(false));
+    }
+}
 
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
 
-/// The test harness allocates a few bytes on its own threads (output capture): compare
-/// with a tolerance far below the size of one tensor (256 KiB).
+/// Lazily initialised state of the measured thread may still appear: compare with a
+/// tolerance far below the size of one tensor (256 KiB).
 fn assert_near(got: isize, want: isize, what: &str) {
     assert!(
         (got - want).abs() < 4096,
@@ -86,7 +131,7 @@ fn warm_up() {
 
 #[test]
 fn heap_returns_to_baseline() {
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _m = measure();
     warm_up();
     for policy in [Policy::SaveAll, Policy::Balanced, Policy::RecomputeAll] {
         let baseline = live();
@@ -123,7 +168,7 @@ fn heap_returns_to_baseline() {
 
 #[test]
 fn stats_agree_with_the_allocator() {
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _m = measure();
     warm_up();
     for policy in [Policy::SaveAll, Policy::Balanced, Policy::RecomputeAll] {
         let x = leaf();
@@ -140,4 +185,114 @@ fn stats_agree_with_the_allocator() {
         );
         drop(y);
     }
+}
+
+/// The peak of live bytes while `f` runs, above the live bytes when it starts.
+fn peak_above_start<R>(f: impl FnOnce() -> R) -> (R, isize) {
+    let start = live();
+    PEAK.store(start, Ordering::Relaxed);
+    let out = f();
+    (out, PEAK.load(Ordering::Relaxed) - start)
+}
+
+fn leaf4(shape: [usize; 4], tracked: bool) -> T {
+    let n = shape.iter().product::<usize>();
+    let values: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 13) as f32 / 13.0 - 0.4)
+        .collect();
+    let x = A::float_from_data(TensorData::new(values, shape), &Default::default());
+    A::float_set_require_grad(x, tracked)
+}
+
+/// Backward does not allocate an input-sized stand-in for a kernel argument whose values it
+/// does not read (the `x` of conv and pool backwards, the weights of embedding's): the peak
+/// of a backward pass through one such op is the incoming gradient plus the input's gradient,
+/// plus less than half an input (it was one input more, the stand-in, before). The argument
+/// is the value itself where remat keeps it anyway (a relu's output it saves; a leaf held on
+/// the edge for the other gradient), otherwise a broadcast view (conv on Flex reads only its
+/// shape; so does embedding's backward).
+#[test]
+fn backward_allocates_no_stand_in_for_shape_only_arguments() {
+    use burn_backend::ops::{ActivationOps, ConvOptions, IntTensorOps, ModuleOps};
+    let _m = measure();
+    warm_up();
+    let shape = [4, 16, 64, 64];
+    let input_bytes = 4 * 16 * 64 * 64 * 4; // 1 MiB
+    let conv = |x: T, w: T| A::conv2d(x, w, None, ConvOptions::new([1, 1], [0, 0], [1, 1], 1));
+    let cases: [(&str, &dyn Fn(T) -> T); 5] = [
+        ("conv2d, weight frozen", &|x| {
+            conv(x, leaf4([16, 16, 1, 1], false))
+        }),
+        ("conv2d", &|x| conv(x, leaf4([16, 16, 1, 1], true))),
+        ("relu -> max_pool2d", &|x| {
+            A::max_pool2d(A::relu(x), [2, 2], [2, 2], [0, 0], [1, 1], false)
+        }),
+        ("relu -> avg_pool2d", &|x| {
+            A::avg_pool2d(A::relu(x), [2, 2], [2, 2], [0, 0], false, false)
+        }),
+        ("relu -> adaptive_avg_pool2d", &|x| {
+            A::adaptive_avg_pool2d(A::relu(x), [8, 8])
+        }),
+    ];
+    let mut failures = Vec::new();
+    for (name, op) in cases {
+        let x = leaf4(shape, true);
+        let y = op(x.clone());
+        let output_bytes = bytes_of(&y);
+        let loss = A::float_sum(y);
+        let (grads, peak) = peak_above_start(|| A::backward(loss));
+        assert!(A::grad(&x, &grads).is_some(), "{name}: no gradient");
+        drop(grads);
+        let bound = output_bytes + input_bytes * 3 / 2;
+        if peak >= bound as isize {
+            failures.push(format!(
+                "{name}: backward peaked at {peak} bytes above its start, not below {bound} \
+                 (the incoming gradient {output_bytes} + the input's gradient {input_bytes} + \
+                 half an input)"
+            ));
+        }
+    }
+
+    // Embedding: the weights (1 MiB) are the shape-only argument.
+    let device = Default::default();
+    let weights = A::float_set_require_grad(
+        A::float_from_data(
+            TensorData::new(vec![0.5f32; 4096 * 64], [4096, 64]),
+            &device,
+        ),
+        true,
+    );
+    let indices = A::int_from_data(
+        TensorData::new(
+            (0..64).map(|i| i * 61 % 4096).collect::<Vec<i64>>(),
+            [4, 16],
+        ),
+        &device,
+    );
+    let y = A::embedding(weights.clone(), indices);
+    let output_bytes = bytes_of(&y);
+    let loss = A::float_sum(y);
+    let (grads, peak) = peak_above_start(|| A::backward(loss));
+    assert!(A::grad(&weights, &grads).is_some());
+    drop(grads);
+    // Flex's kernel allocates the weights' gradient twice (zeros, then the scatter-add).
+    let weight_bytes = 4096 * 64 * 4;
+    let bound = output_bytes + weight_bytes * 5 / 2;
+    if peak >= bound as isize {
+        failures.push(format!(
+            "embedding: backward peaked at {peak} bytes above its start, not below {bound}"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "an input-sized stand-in was allocated:\n{}",
+        failures.join("\n")
+    );
+}
+
+type T = <A as burn_backend::BackendTypes>::FloatTensorPrimitive;
+
+fn bytes_of(tensor: &T) -> usize {
+    use burn_backend::TensorMetadata;
+    tensor.shape().num_elements() * tensor.dtype().size()
 }

@@ -79,6 +79,59 @@ pub(crate) fn read_input<B: Backend>(input: &Input<B>) -> FloatTensor<B> {
     }
 }
 
+/// Releases one planned read of `node` that will not happen (a step that received no
+/// gradient, or a declared read a rule did not make), without rebuilding anything.
+///
+/// NOTE [release-without-rebuild]: when the last planned read of an evicted value is released,
+/// the value is never rebuilt, so the reads its replay would have made (counted on its
+/// producers by `plan_rebuild`) are released too, and so on up the evicted ancestors: one
+/// iterative walk, each released value at most once. A stored value's last release frees it.
+pub(crate) fn release<B: Backend>(node: &Node<B>) {
+    let mut stack: Vec<Arc<Node<B>>> = Vec::new();
+    release_one(node, &mut stack);
+    while let Some(next) = stack.pop() {
+        release_one(&next, &mut stack);
+    }
+}
+
+/// Releases the read planned for input `input`, if its value lives in a producer's slot (a
+/// value held on the edge is released with the op).
+pub(crate) fn release_input<B: Backend>(input: &Input<B>) {
+    if let Some(producer) = input.producer() {
+        release(producer);
+    }
+}
+
+fn release_one<B: Backend>(node: &Node<B>, stack: &mut Vec<Arc<Node<B>>>) {
+    let freed = {
+        let mut state = node.lock();
+        debug_assert!(
+            state.n_required > 0,
+            "remat internal error: a release of {node:?} that was not planned"
+        );
+        state.n_required = state.n_required.saturating_sub(1);
+        if state.n_required > 0 {
+            return;
+        }
+        match core::mem::replace(&mut state.slot, Slot::Unneeded) {
+            Slot::Stored(kept) => Some(kept),
+            Slot::Evicted(_) => {
+                let op = state.op.as_ref().unwrap_or_else(|| {
+                    panic!(
+                        "remat internal error: {node:?} is evicted with reads to come but its \
+                         op was already consumed (INVARIANT [rebuildable])"
+                    )
+                });
+                stack.extend(op.replay_inputs().filter_map(Input::producer).cloned());
+                None
+            }
+            Slot::Unneeded => None,
+        }
+    };
+    // Freed outside the node's lock.
+    drop(freed);
+}
+
 /// Rebuilds the evicted value of `node`: replays its evicted ancestors, parents first, then
 /// `node` itself, each exactly once.
 pub(crate) fn rebuild<B: Backend>(node: &Node<B>) {

@@ -77,16 +77,17 @@ fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device)
     for n in &order {
         n.plan_rebuild();
     }
+    // Each node is finished, and released, as soon as its step has run: every read of its
+    // value (its consumers' steps and replays, and its own step) is behind it, and a node
+    // the user no longer holds is freed before the steps that follow.
     let mut marked = distributed.iter().peekable();
-    for (i, n) in order.iter().enumerate() {
+    let mut undrained = Vec::new();
+    for (i, n) in order.into_iter().enumerate() {
         n.step(&mut grads);
         if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
             // A leaf comes after all of its consumers: its gradient is complete.
             n.submit_gradient(params, &mut grads);
         }
-    }
-    let mut undrained = Vec::new();
-    for n in &order {
         if !n.finish() {
             undrained.push(n.describe());
         }

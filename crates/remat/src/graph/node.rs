@@ -439,6 +439,26 @@ impl<B: Backend> GraphNode for Node<B> {
         if self.kind == NodeKind::Leaf {
             return;
         }
+        let grad = grads.remove::<B>(self.id);
+        let Some(grad) = grad else {
+            // No gradient reached this node (its consumers registered none): its step reads
+            // nothing, and nothing is rebuilt for it (NOTE [release-without-rebuild]). The
+            // output's read is released first, while the op (which a release of an evicted
+            // value walks) is still in place.
+            let reads_output = self.lock().op.as_ref().is_some_and(|op| op.reads.output);
+            if reads_output {
+                retrieve::release(self);
+            }
+            let op = self.lock().op.take();
+            if let Some(op) = op {
+                for (i, input) in op.inputs.iter().enumerate() {
+                    if op.reads.has_input(i) {
+                        retrieve::release_input(input);
+                    }
+                }
+            }
+            return;
+        };
         let rebuild_own = {
             let state = self.lock();
             state.op.as_ref().is_some_and(|op| op.reads.output)
@@ -452,11 +472,8 @@ impl<B: Backend> GraphNode for Node<B> {
         let Some(op) = op else {
             return;
         };
-        let grad = grads.remove::<B>(self.id);
         let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
-        if let Some(grad) = grad {
-            op.rule.vjp(&mut cx, grad);
-        }
+        op.rule.vjp(&mut cx, grad);
         cx.release_unread();
         drop(op);
     }

@@ -59,15 +59,25 @@ pub(crate) fn along(shape: &Shape, dim: usize, slice: burn_std::Slice) -> Vec<bu
         .collect()
 }
 
-// NOTE [shape-only-arguments]: several inner backward kernels take a tensor only for its
-// shape and dtype (`conv2d_x_backward` takes `x`, the pool and interpolate backwards take
-// `x`, `embedding_backward` takes the weights). The gradient they compute does not depend on
-// that tensor's values, so rules do not save it: they pass a stand-in of the right shape.
+// NOTE [shape-only-arguments]: several inner backward kernels take a tensor whose values the
+// gradient does not depend on: `conv*_x_backward` takes `x` and `conv*_weight_backward` the
+// weight (Burn's default kernels, which Flex and NdArray use, and CubeCL's read only their
+// shape), the pool backwards take `x` (Flex, NdArray and CubeCL read its shape; Flex's 2d
+// kernels reshape it and CubeCL's permute it into a contiguous buffer), `interpolate_backward`
+// takes `x` and `embedding_backward` the weights (shape only). Rules do not save such a
+// value for its shape, and do not allocate an input-sized buffer for it either
+// ([`Vjp::shape_arg`](super::rule::Vjp::shape_arg)): they pass the value itself when it is
+// kept anyway (stored for another reader, or held on the edge), otherwise one element
+// broadcast to the shape. On Flex and CubeCL a broadcast is a view (no input-sized
+// allocation); where a kernel or a backend copies it into a contiguous buffer (Flex's 2d
+// pools, CubeCL's pools, NdArray's `float_expand`), it costs what a stand-in buffer cost.
 
-/// An uninitialised stand-in with `shape` and the device and dtype of `like`, for an argument
-/// whose values the kernel does not read (NOTE [shape-only-arguments]).
-pub(crate) fn stand_in<B: Backend>(shape: Shape, like: &FloatTensor<B>) -> FloatTensor<B> {
-    B::float_empty(shape, &like.device(), like.dtype().into())
+/// One element broadcast to `shape`, with the device and dtype of `like`: an argument whose
+/// values a kernel does not read (NOTE [shape-only-arguments]).
+pub(crate) fn shape_only<B: Backend>(shape: Shape, like: &FloatTensor<B>) -> FloatTensor<B> {
+    let one = Shape::from(vec![1; shape.num_dims()]);
+    let zero = B::float_zeros(one, &like.device(), like.dtype().into());
+    B::float_expand(zero, shape)
 }
 
 /// Sums `grad` over every dim but dim 1, giving shape `[channels]`: the gradient of a

@@ -3,7 +3,7 @@
 //!
 //! A convolution is bilinear in `(x, weight)`: the gradient of `x` reads only the weight, the
 //! gradient of the weight reads only `x`, and the bias gradient reads nothing. Inner kernels
-//! that also take the other argument for its shape get a stand-in
+//! that also take the other argument for its shape get it without an input-sized buffer
 //! (NOTE [shape-only-arguments] in `common`).
 
 use burn_backend::ops::{ConvOptions, ConvTransposeOptions, DeformConvOptions};
@@ -12,7 +12,7 @@ use burn_backend::{Backend, TensorMetadata};
 use burn_std::Shape;
 use smallvec::smallvec;
 
-use super::common::{stand_in, sum_to_channels};
+use super::common::sum_to_channels;
 use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
 use crate::checkpoint::policy::{Cost, OpInfo};
 use crate::tensor::AutodiffTensor;
@@ -28,7 +28,7 @@ pub(crate) enum Conv {
     Transpose3d(ConvTransposeOptions<3>),
 }
 
-/// A convolution and the input shapes its stand-ins need.
+/// A convolution and the input shapes its shape-only arguments need.
 #[derive(Debug)]
 struct ConvRule {
     op: Conv,
@@ -69,14 +69,13 @@ impl Conv {
         }
     }
 
-    /// The gradient of `x`; `x_shape` only shapes a stand-in.
+    /// The gradient of `x`; `x` gives the shape-only argument of the plain convolutions.
     fn x_backward<B: Backend>(
         &self,
-        x_shape: &Shape,
+        x: impl FnOnce() -> FloatTensor<B>,
         weight: FloatTensor<B>,
         g: FloatTensor<B>,
     ) -> FloatTensor<B> {
-        let x = || stand_in::<B>(x_shape.clone(), &g);
         match self {
             Conv::Plain1d(o) => B::conv1d_x_backward(x(), weight, g, o.clone()),
             Conv::Plain2d(o) => B::conv2d_x_backward(x(), weight, g, o.clone()),
@@ -87,14 +86,13 @@ impl Conv {
         }
     }
 
-    /// The gradient of the weight; `weight_shape` only shapes a stand-in.
+    /// The gradient of the weight; `w` is a shape-only argument.
     fn weight_backward<B: Backend>(
         &self,
         x: FloatTensor<B>,
-        weight_shape: &Shape,
+        w: FloatTensor<B>,
         g: FloatTensor<B>,
     ) -> FloatTensor<B> {
-        let w = stand_in::<B>(weight_shape.clone(), &g);
         match self {
             Conv::Plain1d(o) => B::conv1d_weight_backward(x, w, g, o.clone()),
             Conv::Plain2d(o) => B::conv2d_weight_backward(x, w, g, o.clone()),
@@ -134,20 +132,23 @@ impl<B: Backend> Rule<B> for ConvRule {
     }
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
-        if self.has_bias && cx.needs_grad(2) {
-            // d/db (conv + b) sums g over batch and positions.
-            cx.set(2, sum_to_channels::<B>(g.clone()));
-        }
         if cx.needs_grad(1) {
             let x = cx.input(0);
-            let gw = self
-                .op
-                .weight_backward::<B>(x, &self.weight_shape, g.clone());
+            let w = cx.shape_arg(1, &self.weight_shape, &g);
+            let gw = self.op.weight_backward::<B>(x, w, g.clone());
             cx.set(1, gw);
         }
         if cx.needs_grad(0) {
+            // After the weight's gradient took its read of x: x is at hand only if it is
+            // kept for another reader.
+            let x = cx.shape_arg(0, &self.x_shape, &g);
             let w = cx.input(1);
-            cx.set(0, self.op.x_backward::<B>(&self.x_shape, w, g));
+            cx.set(0, self.op.x_backward::<B>(|| x, w, g.clone()));
+        }
+        // The bias gradient last: it is small, and held it would only add to the peak of the
+        // two convolutions. d/db (conv + b) sums g over batch and positions.
+        if self.has_bias && cx.needs_grad(2) {
+            cx.set(2, sum_to_channels::<B>(g));
         }
     }
 }
@@ -219,7 +220,7 @@ impl<B: Backend> Rule<B> for DeformConvRule {
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
         let (x, offset, weight) = (cx.input(0), cx.input(1), cx.input(2));
         let mask = self.has_mask.then(|| cx.input(3));
-        let bias = self.bias_shape.clone().map(|s| stand_in::<B>(s, &g));
+        let bias = (self.bias_shape.as_ref()).map(|s| cx.shape_arg(self.bias_index(), s, &g));
         let grads =
             B::deform_conv2d_backward(x, offset, weight, mask, bias, g, self.options.clone());
         cx.set(0, grads.x_grad);

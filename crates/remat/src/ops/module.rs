@@ -12,7 +12,7 @@ use burn_backend::{Backend, TensorMetadata};
 use burn_std::Shape;
 use smallvec::{SmallVec, smallvec};
 
-use super::common::{scalar, stand_in, sum_to_channels};
+use super::common::{scalar, sum_to_channels};
 use super::conv::take2_opt;
 use super::rule::{Reads, Rule, Tracked, Values, Vjp, record, record_computed};
 use super::unary::{take1, take2};
@@ -351,21 +351,23 @@ impl<B: Backend> Rule<B> for Module<B> {
                 indices,
                 weight_shape,
             } => {
-                let w = stand_in::<B>(weight_shape.clone(), &g);
+                let w = cx.shape_arg(0, weight_shape, &g);
                 cx.set(0, B::embedding_backward(w, g, indices.clone()));
             }
             // d/dx = g W^T ; d/dW = x^T g (summed over leading dims) ; d/db = sum g.
+            // The bias gradient last: it is small, and held it would only add to the peak
+            // of the two products.
             Module::Linear { has_bias } => {
-                if *has_bias && cx.needs_grad(2) {
-                    cx.set(2, B::linear_bias_backward(g.clone()));
-                }
                 if cx.needs_grad(1) {
                     let x = cx.input(0);
                     cx.set(1, B::linear_weight_backward(x, g.clone()));
                 }
                 if cx.needs_grad(0) {
                     let w = cx.input(1);
-                    cx.set(0, B::linear_x_backward(w, g));
+                    cx.set(0, B::linear_x_backward(w, g.clone()));
+                }
+                if *has_bias && cx.needs_grad(2) {
+                    cx.set(2, B::linear_bias_backward(g));
                 }
             }
             Module::Interpolate {
@@ -373,7 +375,7 @@ impl<B: Backend> Rule<B> for Module<B> {
                 options,
                 x_shape,
             } => {
-                let x = stand_in::<B>(x_shape.clone(), &g);
+                let x = cx.shape_arg(0, x_shape, &g);
                 let grad = B::interpolate_backward(x, g, *output_size, options.clone());
                 cx.set(0, grad);
             }

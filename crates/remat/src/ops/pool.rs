@@ -12,7 +12,6 @@ use burn_backend::{Backend, TensorMetadata, get_or_init_device_settings};
 use burn_std::{IntDType, Shape};
 use smallvec::smallvec;
 
-use super::common::stand_in;
 use super::rule::{Reads, Rule, Tracked, Values, Vjp, record, record_computed};
 use super::unary::{take1, take2};
 use crate::checkpoint::policy::{Cost, OpInfo};
@@ -43,7 +42,7 @@ pub(crate) enum Pool<B: Backend> {
     Max2d(Window<2>, IntTensor<B>),
 }
 
-/// A pool and the input shape its stand-in needs.
+/// A pool and the input shape its backward kernel takes (NOTE [shape-only-arguments]).
 #[derive(Debug)]
 struct PoolRule<B: Backend> {
     op: Pool<B>,
@@ -218,7 +217,7 @@ impl<B: Backend> Rule<B> for PoolRule<B> {
     }
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
-        let x = stand_in::<B>(self.x_shape.clone(), &g);
+        let x = cx.shape_arg(0, &self.x_shape, &g);
         let grad = match &self.op {
             // Each output spreads its gradient evenly over its window.
             Pool::Avg1d(w, cip) => B::avg_pool1d_backward(

@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
+use burn_std::Shape;
 use smallvec::SmallVec;
 
+use super::common::shape_only;
 use crate::checkpoint::policy::{self, OpInfo};
 use crate::checkpoint::retrieve;
 use crate::grads::Gradients;
@@ -224,6 +226,28 @@ impl<'a, B: Backend> Vjp<'a, B> {
         retrieve::read_value(self.node)
     }
 
+    /// An argument with input `i`'s shape for a kernel that reads only its shape
+    /// (NOTE [shape-only-arguments]): the input's value when it is kept anyway (stored in its
+    /// producer's slot for a read still to come, or held on the edge), else one element
+    /// broadcast to `shape`. Makes no read, rebuilds nothing and allocates no input-sized
+    /// buffer.
+    pub(crate) fn shape_arg(
+        &self,
+        i: usize,
+        shape: &Shape,
+        like: &FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let input = &self.inputs[i];
+        let kept = match input.producer() {
+            Some(producer) => match &producer.lock().slot {
+                Slot::Stored(kept) => Some(kept.get().clone()),
+                Slot::Evicted(_) | Slot::Unneeded => None,
+            },
+            None => input.held.as_ref().map(|kept| kept.get().clone()),
+        };
+        kept.unwrap_or_else(|| shape_only::<B>(shape.clone(), like))
+    }
+
     /// Sets the gradient of input `i` (accumulated with other gradients of the same node).
     /// Dropped when the input needs none.
     pub(crate) fn set(&mut self, i: usize, grad: FloatTensor<B>) {
@@ -261,17 +285,18 @@ impl<'a, B: Backend> Vjp<'a, B> {
         self.grads
     }
 
-    /// Performs the declared reads the rule did not make, so that counts drain.
+    /// Releases the declared reads the rule did not make, so that counts drain, without
+    /// rebuilding the values they would have read (NOTE [release-without-rebuild]).
     pub(crate) fn release_unread(&mut self) {
         for i in 0..self.inputs.len() {
             if self.reads.has_input(i) && !self.done.has_input(i) {
                 self.done.insert(i);
-                drop(retrieve::read_input(&self.inputs[i]));
+                retrieve::release_input(&self.inputs[i]);
             }
         }
         if self.reads.output && !self.done.output {
             self.done.output = true;
-            drop(retrieve::read_value(self.node));
+            retrieve::release(self.node);
         }
     }
 }
@@ -311,7 +336,7 @@ pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
     output: FloatTensor<B>,
 ) -> AutodiffTensor<B> {
     debug_assert!(
-        !rule.replayable() && rule.reads(Tracked(1)) == Reads::NOTHING,
+        !rule.replayable() && rule.reads(Tracked::of(&[()], |_| true)) == Reads::NOTHING,
         "remat internal error: record_unread on a rule that reads its input or is replayed"
     );
     let info = rule.info();
