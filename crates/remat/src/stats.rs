@@ -279,7 +279,6 @@ impl fmt::Display for SavedValues {
             "{:<18} {:<22} {:<6} {:>10}  reason",
             "op", "shape", "dtype", "bytes"
         )?;
-        let mut total = 0;
         for v in &self.0 {
             let shape = format!("{:?}", v.shape);
             let dtype = format!("{:?}", v.dtype);
@@ -292,9 +291,37 @@ impl fmt::Display for SavedValues {
                 format_bytes(v.bytes),
                 v.reason
             )?;
-            total += v.bytes;
         }
-        write!(f, "{} values, {}", self.0.len(), format_bytes(total))
+        // The same two totals as `Stats`' first line: what remat keeps, and the leaves apart.
+        write!(
+            f,
+            "{} values: kept {}, leaves held {}",
+            self.0.len(),
+            format_bytes(self.kept_bytes()),
+            format_bytes(self.leaf_bytes())
+        )
+    }
+}
+
+impl SavedValues {
+    /// Bytes of the listed values that remat keeps (every reason but [`KeepReason::Leaf`]):
+    /// [`Stats::live_bytes`] when the list was taken.
+    pub fn kept_bytes(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|v| v.reason != KeepReason::Leaf)
+            .map(|v| v.bytes)
+            .sum()
+    }
+
+    /// Bytes of the listed leaves (the user's own tensors that backward steps hold on to):
+    /// [`Stats::leaf_bytes`] when the list was taken.
+    pub fn leaf_bytes(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|v| v.reason == KeepReason::Leaf)
+            .map(|v| v.bytes)
+            .sum()
     }
 }
 

@@ -304,6 +304,16 @@ fn saved_values_lists_what_is_kept_and_why() {
     );
     let table = saved.to_string();
     assert!(table.contains("exp") && table.contains("Saved") && table.contains("2 values"));
+    // One total with `stats()`: the footer splits kept bytes from the leaves, as its first
+    // line does (3 f64 kept for exp's backward; the leaf, 3 f64, held for sin's).
+    let stats = remat::stats();
+    assert_eq!((saved.kept_bytes(), saved.leaf_bytes()), (24, 24));
+    assert_eq!(
+        (saved.kept_bytes(), saved.leaf_bytes()),
+        (stats.live_bytes, stats.leaf_bytes)
+    );
+    assert!(table.ends_with("2 values: kept 24 B, leaves held 24 B"), "{table}");
+    assert!(stats.to_string().starts_with("kept now: 24 B"), "{stats}");
     drop(y);
     assert!(remat::saved_values().0.is_empty());
 }
