@@ -175,4 +175,19 @@ fn a_step_without_gradient_replays_nothing() {
         2,
         "an exp was replayed for a step without gradient"
     );
+
+    // The same for a step that reads its inputs: the mul's backward reads both (evicted)
+    // inputs, and neither sin nor cos is rebuilt for it.
+    reset_calls();
+    let y = remat::with_policy(Policy::RecomputeAll, || {
+        let x = C::float_mul(C::float_sin(w.clone()), C::float_cos(w.clone()));
+        C::avg_pool2d_backward(x, g.clone(), [2, 2], [2, 2], [0, 0], false, false)
+    });
+    let grads = C::backward(C::float_sum(y));
+    assert!(C::grad(&g, &grads).is_some());
+    assert_eq!(
+        (calls("float_sin"), calls("float_cos")),
+        (1, 1),
+        "sin or cos was replayed for a step without gradient"
+    );
 }
