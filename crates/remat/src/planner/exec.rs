@@ -101,10 +101,23 @@ pub(crate) struct Exec<'a> {
     late_keep: bool,
     /// NOTE [pin-release]: held values pinned in place of an input that was dropped.
     pinned_now: Vec<bool>,
+    /// The value the sweep is about to replay, and (while its consumable inputs are
+    /// scored) the consumer `distance` leaves out.
+    current_replay: Option<u32>,
+    replaying: Option<u32>,
+    /// Release plans of the pinned inputs the current replay may take.
+    releases: Vec<(u32, ReleasePlan)>,
     choices: Vec<u8>,
     free_release: bool,
     /// NOTE [decisions]: the number of options of each decision so far (planned runs).
     decisions: Vec<u8>,
+}
+
+/// What NOTE [pin-release] changes when it drops a pinned value.
+#[derive(Debug)]
+struct ReleasePlan {
+    frontier: Vec<u32>,
+    crossed: Vec<u32>,
 }
 
 /// Why room was not made.
@@ -228,6 +241,9 @@ impl<'a> Exec<'a> {
             keep_sources: false,
             late_keep: false,
             pinned_now: Vec::new(),
+            current_replay: None,
+            replaying: None,
+            releases: Vec::new(),
             choices: Vec::new(),
             free_release: false,
             decisions: Vec::new(),
@@ -295,12 +311,32 @@ impl<'a> Exec<'a> {
         rebuildable(self.node(i)) && !self.pinned_now[i as usize]
     }
 
-    /// The distinct inputs of `x` that only its replay still needs and that may be dropped.
-    fn consumable_inputs(&self, x: u32) -> Vec<u32> {
+    /// The distinct inputs of `x` that only its replay still needs and that may be dropped:
+    /// rebuildable ones, and pinned ones that are never needed again once `x` is held (NOTE
+    /// [pin-release]; their plans are kept in `releases` for `replay`).
+    fn consumable_inputs(&mut self, x: u32) -> Vec<u32> {
         let mut inputs = Vec::new();
         for_each_distinct(&self.nodes[x as usize].inputs, |u| inputs.push(u));
-        inputs.retain(|&u| self.uses[u as usize] == 1 && self.rebuildable(u));
-        inputs
+        inputs.retain(|&u| self.uses[u as usize] == 1);
+        self.releases.clear();
+        let mut consumable = Vec::new();
+        for u in inputs {
+            if self.rebuildable(u) {
+                consumable.push(u);
+            } else if let Some(plan) = self.release_plan(u, Some(x)) {
+                self.releases.push((u, plan));
+                consumable.push(u);
+            }
+        }
+        // A value pinned by one of these releases stays held.
+        consumable.retain(|&u| {
+            !self
+                .releases
+                .iter()
+                .any(|(_, plan)| plan.frontier.contains(&u))
+        });
+        self.releases.retain(|(u, _)| consumable.contains(u));
+        consumable
     }
 
     // ---- forward -------------------------------------------------------------------------
@@ -705,12 +741,47 @@ impl<'a> Exec<'a> {
     fn sweep(&mut self, reads: &[u32]) -> Result<(), Room> {
         let closure = self.closure(reads);
         self.lock(&closure, reads);
+        self.replay_closure(&closure, reads, false)
+    }
+
+    /// Replays `closure` in order. Room for each replay is made by evicting unlocked values
+    /// and the inputs only it still needs, lowest score first; `eager` (the lean schedule)
+    /// takes every such input instead. `Err` when no room can be made (the locks of what is
+    /// left are released).
+    fn replay_closure(&mut self, closure: &[u32], reads: &[u32], eager: bool) -> Result<(), Room> {
         for (k, &x) in closure.iter().enumerate() {
             let consumable = self.consumable_inputs(x);
             let bytes = self.node(x).bytes;
-            match self.make_room(bytes, &consumable, None) {
+            if eager {
+                let freed: u64 = consumable.iter().map(|&u| self.node(u).bytes).sum();
+                if self.held_bytes - freed + bytes > self.budget {
+                    self.releases.clear();
+                    self.unlock(&closure[k..], reads);
+                    return Err(Room::NoRoom);
+                }
+                self.replay(x, &consumable);
+                continue;
+            }
+            // The frontiers of the releases the replay may make stay held meanwhile.
+            let frontier: Vec<u32> = self
+                .releases
+                .iter()
+                .flat_map(|(_, plan)| plan.frontier.iter().copied())
+                .filter(|&w| w != x)
+                .collect();
+            for &w in &frontier {
+                self.uses[w as usize] += 1;
+            }
+            self.current_replay = Some(x);
+            let room = self.make_room(bytes, &consumable, None);
+            self.current_replay = None;
+            for &w in &frontier {
+                self.uses[w as usize] -= 1;
+            }
+            match room {
                 Ok(taken) => self.replay(x, &taken),
                 Err(_) => {
+                    self.releases.clear();
                     self.unlock(&closure[k..], reads);
                     return Err(Room::NoRoom);
                 }
@@ -731,7 +802,7 @@ impl<'a> Exec<'a> {
     }
 
     /// NOTE [lean-schedule]: evicts everything rebuildable, then rebuilds `reads` from scratch
-    /// dropping each value after its last use.
+    /// (dropping each value after its last use when the strategy is lean).
     fn lean_sweep(&mut self, reads: &[u32]) -> Result<(), Error> {
         let held: Vec<u32> = self.candidates.clone();
         for v in held {
@@ -741,15 +812,11 @@ impl<'a> Exec<'a> {
         }
         let closure = self.closure(reads);
         self.lock(&closure, reads);
-        for &x in &closure {
-            let taken = self.consumable_inputs(x);
-            let freed: u64 = taken.iter().map(|&u| self.node(u).bytes).sum();
-            if self.held_bytes - freed + self.node(x).bytes > self.budget {
-                return Err(self.infeasible(0));
-            }
-            self.replay(x, &taken);
-        }
-        Ok(())
+        // Beyond what the lean schedule holds, everything is evictable: making room by score
+        // fits wherever taking every input does, and keeps what later steps read if it can.
+        let eager = self.strategy == Strategy::Lean;
+        self.replay_closure(&closure, reads, eager)
+            .map_err(|_| self.infeasible(0))
     }
 
     /// Replays `x` (its inputs are held and locked); `taken` are inputs it consumes.
@@ -765,6 +832,12 @@ impl<'a> Exec<'a> {
         }
         self.unmark_evicted(x);
         self.hold(x);
+        let releases = std::mem::take(&mut self.releases);
+        for (u, plan) in releases {
+            if taken.contains(&u) {
+                self.apply_release(u, plan);
+            }
+        }
         let now = self.now;
         let node = &self.nodes[x as usize];
         for_each_distinct(&node.inputs, |u| {
@@ -796,14 +869,30 @@ impl<'a> Exec<'a> {
     /// The walk and the release of NOTE [pin-release] for `u`, held or not: a pinned value
     /// in hand at its last forward moment and not kept yet is simply never kept.
     fn release_pinned(&mut self, u: u32, assume: Option<u32>) -> bool {
+        match self.release_plan(u, assume) {
+            Some(plan) => {
+                if self.held[u as usize] {
+                    self.out.push(Action::Free(u));
+                    self.release(u);
+                }
+                self.apply_release(u, plan);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The walk of NOTE [pin-release] for `u`: the frontier and the values crossed, if `u`
+    /// may be dropped (nothing changes).
+    fn release_plan(&mut self, u: u32, assume: Option<u32>) -> Option<ReleasePlan> {
         if self.dead[u as usize] || rebuildable(self.node(u)) || self.pinned_now[u as usize] {
-            return false;
+            return None;
         }
         if self.view.is_none() || (!self.planned && !self.in_backward) {
-            return false;
+            return None;
         }
         if self.read_later(u) {
-            return false;
+            return None;
         }
         let analysis = self
             .analysis
@@ -823,39 +912,52 @@ impl<'a> Exec<'a> {
             }
             visits += 1;
             if visits > RELEASE_WALK || w >= self.computed {
-                return false;
+                return None;
             }
-            // In the forward pass, a value that a later op has in hand can still be kept.
+            // In the forward pass, a value still to be decided (at this op or a later one
+            // that has it in hand) can still be kept.
             let kept_later = self.late_keep
                 && !self.in_backward
                 && !self.offered[w as usize]
                 && self.node(w).forced != Some(super::Forced::Recompute)
-                && analysis.last_in_hand[w as usize] >= self.computed;
+                && analysis.last_in_hand[w as usize] + 1 >= self.computed;
             if self.held[w as usize] || Some(w) == assume || kept_later {
                 frontier.push(w);
                 continue;
             }
             if self.read_later(w) {
-                return false;
+                return None;
             }
             crossed.push(w);
             stack.extend_from_slice(&analysis.consumers[w as usize]);
         }
         let pinned: u64 = frontier.iter().map(|&w| self.node(w).bytes).sum();
-        let weighed = !self.free_release || assume.is_some_and(|a| frontier.contains(&a));
+        // A value kept in the forward pass in place of `u` must find room in what `u` frees.
+        let weighed = !self.free_release
+            || (!self.in_backward && assume.is_some_and(|a| frontier.contains(&a)));
         if weighed && pinned > self.node(u).bytes {
-            return false;
+            return None;
         }
-        if self.held[u as usize] {
-            self.out.push(Action::Free(u));
-            self.release(u);
-        }
+        Some(ReleasePlan { frontier, crossed })
+    }
+
+    /// Applies a release of `u` (already freed if it was held): `u` and the values crossed
+    /// are never needed again, the frontier is pinned.
+    fn apply_release(&mut self, u: u32, plan: ReleasePlan) {
+        let ReleasePlan { frontier, crossed } = plan;
+        debug_assert!(
+            !self.held[u as usize],
+            "remat internal error: release of a held value"
+        );
         self.dead[u as usize] = true;
         self.offered[u as usize] = true;
         self.die(crossed);
         let mut dying = Vec::new();
         for w in frontier {
-            self.pinned_now[w as usize] = true;
+            if std::mem::replace(&mut self.pinned_now[w as usize], true) {
+                // Already pinned by an earlier release: its inputs were counted down then.
+                continue;
+            }
             self.drop_candidate(w);
             for k in 0..self.nodes[w as usize].inputs.len() {
                 let x = self.nodes[w as usize].inputs[k];
@@ -869,7 +971,6 @@ impl<'a> Exec<'a> {
             }
         }
         self.die(dying);
-        true
     }
 
     /// Whether a step still to run reads `v`.
@@ -986,9 +1087,16 @@ impl<'a> Exec<'a> {
                 self.score_into(v, &mut scored);
             }
         }
-        for &v in consumable.iter().chain(newcomer.as_slice()) {
+        for &v in newcomer.as_slice() {
             self.score_into(v, &mut scored);
         }
+        // An input the op about to run takes: the op's output is held afterwards, so the
+        // input is needed only by its other consumers.
+        self.replaying = self.replaying.or(self.current_replay);
+        for &v in consumable {
+            self.score_into(v, &mut scored);
+        }
+        self.replaying = None;
         let total_bytes: u64 = scored.iter().map(|c| c.bytes).sum();
         if total_bytes < deficit {
             return Err(Room::NoRoom);
@@ -1091,15 +1199,21 @@ impl<'a> Exec<'a> {
             return;
         }
         let rebuild = self.rebuild_cost(v);
-        let expected = match self.strategy {
-            Strategy::Lean => 0.0,
-            Strategy::Dtr => {
-                let staleness = (self.now - self.last_access[v as usize] + 1) as f64;
-                rebuild / staleness
-            }
-            Strategy::Lookahead { alpha } => {
-                let distance = self.distance(v) as f64;
-                rebuild / distance.powf(alpha)
+        let released = self.releases.iter().any(|(u, _)| *u == v);
+        let expected = if released {
+            // Never needed again once taken.
+            0.0
+        } else {
+            match self.strategy {
+                Strategy::Lean => 0.0,
+                Strategy::Dtr => {
+                    let staleness = (self.now - self.last_access[v as usize] + 1) as f64;
+                    rebuild / staleness
+                }
+                Strategy::Lookahead { alpha } => {
+                    let distance = self.distance(v) as f64;
+                    rebuild / distance.powf(alpha)
+                }
             }
         };
         out.push(Scored {
@@ -1144,7 +1258,8 @@ impl<'a> Exec<'a> {
         let consumers = self.consumers[v as usize].len().min(16);
         for k in 0..consumers {
             let w = self.consumers[v as usize][k];
-            if !self.held[w as usize]
+            if Some(w) != self.replaying
+                && !self.held[w as usize]
                 && !self.dead[w as usize]
                 && self.evicted[w as usize]
                 && let Some(t) = self.next_read(w)

@@ -130,7 +130,7 @@ fn argmin_convex(hi: u64, f: impl Fn(u64) -> u64) -> u64 {
 /// The fewest replays that reverse a uniform chain of `n` ops with room for `slots` values.
 /// `None` when `slots` is zero and `n > 1`.
 pub fn replays(n: u64, slots: u64) -> Option<u64> {
-    let tables = Tables::new(n.max(1), slots + 1);
+    let tables = Tables::new(n.max(1), slots.saturating_add(1));
     let r = tables.top(n, slots);
     (r != u64::MAX).then_some(r)
 }
@@ -148,7 +148,7 @@ pub(crate) fn schedule(view: &GraphView, slots: u64) -> Option<Schedule> {
     if n == 0 {
         return Some(Schedule::default());
     }
-    let tables = Tables::new(n as u64, slots + 1);
+    let tables = Tables::new(n as u64, slots.saturating_add(1));
     if tables.top(n as u64, slots) == u64::MAX {
         return None;
     }

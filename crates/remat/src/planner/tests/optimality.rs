@@ -25,6 +25,10 @@ fn revolve_s_closed_form_is_the_exact_optimum_of_small_chains() {
     }
     assert_eq!(revolve::replays(5, 0), None);
     assert_eq!(revolve::replays(1, 0), Some(0));
+    // Unlimited room (an unlimited budget over 1-byte values) replays nothing.
+    assert_eq!(revolve::replays(5, u64::MAX), Some(0));
+    let view = chain(5, 1, 1.0);
+    assert_eq!(planned_replays(&view, u64::MAX), 0);
 }
 
 #[test]
