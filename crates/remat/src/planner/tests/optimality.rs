@@ -62,14 +62,13 @@ fn a_1000_op_chain_replays_within_10_percent_of_revolve() {
 
 #[test]
 fn planned_recompute_is_within_10_percent_of_the_exact_optimum_on_small_dags() {
+    // 400 random DAGs of 4 to 14 ops (half with pinned values, forced marks and constants,
+    // some with a shuffled step order), each at 4 budgets from the smallest feasible to
+    // keep-all: 1600 cases.
     let mut rng = Rng::new(7);
     let mut ratios: Vec<f64> = Vec::new();
-    for case in 0..160 {
-        let n = if case % 8 == 7 {
-            14
-        } else {
-            4 + rng.below(8) as usize
-        };
+    for case in 0..400 {
+        let n = if case % 8 == 7 { 14 } else { 4 + rng.below(8) as usize };
         let flavor = Flavor {
             marks: rng.chance(0.5),
             shuffled_steps: rng.chance(0.3),
@@ -95,11 +94,9 @@ fn planned_recompute_is_within_10_percent_of_the_exact_optimum_on_small_dags() {
         }
     }
     let within = ratios.iter().filter(|&&r| r <= 1.1).count();
-    let share = within as f64 / ratios.len() as f64;
-    // FIXME(planner-optimality): the target is every case within 10%; today about 97% are.
-    assert!(
-        ratios.len() == 640 && share >= 0.96,
-        "{within} of {} within 10%",
-        ratios.len()
-    );
+    let worst = ratios.iter().copied().fold(1.0, f64::max);
+    // FIXME(planner-optimality): the target is every case within 10%; 7 of the 1600 are not
+    // (tight budgets on graphs with pinned values; the worst is 1.39x).
+    assert_eq!(ratios.len(), 1600);
+    assert!(within >= 1593 && worst < 1.4, "{within} within 10%, worst {worst}");
 }
