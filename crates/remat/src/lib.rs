@@ -26,6 +26,7 @@ pub mod checkpoint;
 pub mod grads;
 pub(crate) mod graph;
 pub mod ops;
+pub mod planner;
 pub mod stats;
 mod tensor;
 

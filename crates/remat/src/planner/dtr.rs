@@ -1,0 +1,137 @@
+//! Online eviction under a byte budget: DTR (Kirisame et al., "Dynamic Tensor
+//! Rematerialization", ICLR 2021), fed one event at a time.
+//!
+//! The engine calls [`Dtr::on_compute`] as it records each op (in the first step it does not
+//! know the graph ahead), [`Dtr::begin_backward`] once the loss is known, then
+//! [`Dtr::on_step`] before each backward step; each returns the actions to carry out now, in
+//! order (the same [`Action`]s a planned [`Schedule`] has). Whenever the held bytes would pass
+//! the budget, the held rebuildable value with the lowest
+//! `h = rebuild cost / (bytes * staleness)` is evicted, where the rebuild cost counts the
+//! evicted ancestors a rebuild would need (DTR's equivalence classes: evicted values joined
+//! through their edges) and staleness is the time since the value was last read.
+//!
+//! # Invariants
+//! - The actions returned so far, in order, form a valid prefix of a schedule for the graph
+//!   recorded so far ([`simulate`](super::simulate) accepts the whole once the step ends).
+//! - Values that cannot be rebuilt (not replayable, or forced to Keep) are never evicted.
+
+use super::exec::{Exec, Strategy};
+use super::{Action, Error, GraphView, Node, Schedule, min_feasible_budget};
+
+/// DTR, online: see the module docs.
+pub struct Dtr {
+    exec: Exec<'static>,
+    /// Where the actions of the current event start.
+    mark: usize,
+}
+
+impl Dtr {
+    /// An empty step under `budget_bytes`.
+    pub fn new(budget_bytes: u64) -> Self {
+        Self {
+            exec: Exec::online(Strategy::Dtr, budget_bytes),
+            mark: 0,
+        }
+    }
+
+    /// Records the next op (its index is the number of ops recorded before) and runs it
+    /// forward. Returns the actions to carry out now: `Compute` of the op, then the values to
+    /// keep and to evict.
+    ///
+    /// # Errors
+    /// [`Error::InvalidView`] for a node that reads a later node; [`Error::Infeasible`]
+    /// (a lower bound) when values that cannot be rebuilt no longer fit.
+    pub fn on_compute(&mut self, node: Node) -> Result<&[Action], Error> {
+        self.mark = self.exec.actions().len();
+        self.exec.record(node)?;
+        Ok(&self.exec.actions()[self.mark..])
+    }
+
+    /// Notes that value `value` was read (it becomes less stale).
+    pub fn on_access(&mut self, value: u32) {
+        self.exec.touch(value);
+    }
+
+    /// Evicts values until `needed_bytes` more fit under the budget, and returns them (the
+    /// caller drops them).
+    ///
+    /// # Errors
+    /// [`Error::Infeasible`] when not enough can be evicted.
+    pub fn victims(&mut self, needed_bytes: u64) -> Result<Vec<u32>, Error> {
+        self.exec.victims(needed_bytes)
+    }
+
+    /// Ends the forward pass: `step_order` lists every recorded node, consumers first.
+    /// Returns the values to drop now (kept, but read by no step after all).
+    ///
+    /// # Errors
+    /// [`Error::InvalidView`] when the order is not a valid step order for the recorded ops.
+    pub fn begin_backward(&mut self, step_order: Vec<u32>) -> Result<&[Action], Error> {
+        self.mark = self.exec.actions().len();
+        self.exec.begin_backward(step_order)?;
+        Ok(&self.exec.actions()[self.mark..])
+    }
+
+    /// Runs the next backward step: returns the replays and drops that make room and bring
+    /// its reads back, the `Step`, and the values it was the last to read.
+    ///
+    /// # Errors
+    /// [`Error::Infeasible`] (naming [`min_feasible_budget`]) when the budget is below it and
+    /// this step cannot fit.
+    ///
+    /// # Panics
+    /// If called before [`Dtr::begin_backward`] or after the last step.
+    pub fn on_step(&mut self) -> Result<&[Action], Error> {
+        self.mark = self.exec.actions().len();
+        assert!(
+            self.exec.step_pos() < self.exec.len(),
+            "Dtr::on_step called after the last step"
+        );
+        self.exec.step()?;
+        Ok(&self.exec.actions()[self.mark..])
+    }
+
+    /// The bytes held now.
+    pub fn held_bytes(&self) -> u64 {
+        self.exec.held_bytes()
+    }
+
+    /// The most bytes held so far.
+    pub fn peak_bytes(&self) -> u64 {
+        self.exec.peak()
+    }
+
+    /// The cost of the replays so far (ns).
+    pub fn recompute_cost(&self) -> f64 {
+        self.exec.recompute_cost()
+    }
+
+    /// Every action so far, as a schedule.
+    pub fn into_schedule(self) -> Schedule {
+        Schedule::new(self.exec.into_actions())
+    }
+
+    /// Runs DTR over a whole view, event by event, as the engine would.
+    ///
+    /// # Errors
+    /// [`Error::Infeasible`] naming [`min_feasible_budget`] when the budget is too small.
+    pub fn schedule(view: &GraphView, budget_bytes: u64) -> Result<Schedule, Error> {
+        let complete = |e: Error| match e {
+            Error::Infeasible { budget_bytes, .. } => Error::Infeasible {
+                budget_bytes,
+                min_budget_bytes: min_feasible_budget(view),
+                lower_bound: false,
+            },
+            other => other,
+        };
+        let mut dtr = Dtr::new(budget_bytes);
+        for node in view.nodes() {
+            dtr.on_compute(node.clone()).map_err(complete)?;
+        }
+        dtr.begin_backward(view.step_order().to_vec())?;
+        for _ in 0..view.len() {
+            dtr.on_step().map_err(complete)?;
+        }
+        Ok(dtr.into_schedule())
+    }
+}

@@ -1,0 +1,78 @@
+//! The planner: which values to keep, drop and rebuild so that the bytes remat holds for
+//! backward stay within a budget, at the least recompute. It never sees a tensor: it works on
+//! a [`GraphView`] (ids, sizes, costs, edges, marks) and returns [`Schedule`]s, which the
+//! engine interprets.
+//!
+//! # The model
+//!
+//! **Graph.** A [`GraphView`] lists the step's recorded ops in recording order (parents
+//! before children). Node `i` has an output of `bytes`, a forward `cost` (ns), the `inputs`
+//! a replay reads (earlier nodes; leaves and untracked constants are not nodes and are always
+//! available), whether it is `replayable`, the `step_reads` of its backward step (its inputs,
+//! other earlier values it saved, and/or itself), `fixed_bytes` of constants held on its
+//! edges, and an optional [`Forced`] decision. Backward runs the steps in the view's
+//! `step_order` (consumers first; reverse index order by default).
+//!
+//! **Schedule.** One sequence of [`Action`]s over the whole step: `Compute(i)` for every node
+//! in index order (the forward pass, free), with `Keep`s and `Free`s between them; then the
+//! backward pass: `Replay(i)` (costs `cost[i]`, needs every input held), `Free(i)`, and
+//! `Step(i)` in step order (needs every step read held).
+//!
+//! **Held bytes** (what the budget bounds): the bytes of the values remat holds (kept in
+//! the forward pass, or rebuilt) plus the `fixed_bytes` of every node recorded and not yet
+//! stepped. The user's own tensors in the forward pass are not remat's memory: a forward op's
+//! output counts only once it is kept. The one exception to the budget is the op running: a
+//! replay's inputs that it is the last to read (the `Free`s right after it) leave before its
+//! output arrives, as the engine hands a value over at its last read.
+//!
+//! **Rebuildable** values are replayable and not forced to Keep. The others are *pinned*:
+//! kept from the forward op that first needs them until nothing can need them (NOTE [need]
+//! in `analysis.rs`).
+//!
+//! # What is here
+//! - [`simulate`]: the one simulator. It checks a schedule and returns the peak, the
+//!   recompute cost, the replays per node and the held-bytes trace (one entry per keep and
+//!   free event): the engine's runtime statistics are meant to match it.
+//! - [`min_feasible_budget`]: the smallest budget the planner guarantees.
+//! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget),
+//!   [`Dtr`] (online eviction, event by event, or over a whole view), [`plan`] (planned
+//!   mode, near-optimal for a known graph), [`revolve::replays`] (Revolve's optimum).
+//! - [`tradeoff`]: predicted extra compute and peak for a ladder of budgets.
+//! - [`signature`] and [`PlanCache`]: reuse a plan while the graph recurs.
+//!
+//! # Invariants
+//! - `planner/` never sees a tensor: it imports nothing from `graph/`, `ops/`, `backend/`,
+//!   `tensor.rs` or Burn.
+//! - Every generator's schedule passes [`simulate`]; under a budget at or above
+//!   [`min_feasible_budget`] every budgeted generator succeeds, and never holds more than the
+//!   budget.
+//! - No recursion over the graph: every walk uses an explicit stack; planning is
+//!   near-linear in the graph (bounded victim scans), Revolve is O(n + replays).
+
+mod analysis;
+mod cache;
+mod decisions;
+mod dtr;
+mod error;
+mod exec;
+mod feasible;
+mod plan;
+pub mod revolve;
+mod schedule;
+mod simulate;
+mod tradeoff;
+mod view;
+
+#[cfg(test)]
+mod tests;
+
+pub use cache::{CachedPlan, PlanCache, SignatureHasher, same_structure, signature};
+pub use decisions::from_decisions;
+pub use dtr::Dtr;
+pub use error::Error;
+pub use feasible::min_feasible_budget;
+pub use plan::plan;
+pub use schedule::{Action, Schedule, ScheduleIndex};
+pub use simulate::{HeldEvent, Outcome, simulate};
+pub use tradeoff::{Tradeoff, TradeoffRow, tradeoff};
+pub use view::{Forced, GraphView, Node};

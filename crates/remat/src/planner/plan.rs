@@ -1,0 +1,301 @@
+//! Planned mode: a near-optimal schedule for a step whose graph is known (a training step
+//! that recurs), from the view and a budget.
+//!
+//! The planner tries a portfolio and keeps the cheapest schedule the simulator accepts:
+//! - a uniform chain gets Revolve's optimal binomial schedule ([`revolve`](super::revolve));
+//! - every view gets the executor with full lookahead (Belady-style: the victim is the held
+//!   value with the lowest rebuild cost per byte and per unit of time until its next read,
+//!   with the distance weighted by several exponents), and DTR's own score;
+//! - the lean schedule (NOTE [lean-schedule]) is the fallback that fits any budget at or
+//!   above [`min_feasible_budget`](super::min_feasible_budget).
+//!
+//! Cost model: a constant number of executor runs, each near-linear in the graph (see
+//! `exec.rs`), plus one simulation per candidate.
+//!
+//! # Invariants
+//! - A returned schedule passes [`simulate`](super::simulate) under the budget.
+
+use std::sync::Arc;
+
+use super::analysis::Analysis;
+use super::exec::{self, Hints, Strategy, Work};
+use super::{Error, GraphView, Schedule, min_feasible_budget, revolve, simulate};
+
+/// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
+/// larger values favour evicting what is read last.
+const ALPHAS: [f64; 4] = [0.0, 0.5, 1.0, 2.0];
+
+/// The search starts from this many of the cheapest portfolio runs.
+const SEARCH_STARTS: usize = 4;
+
+/// When no single change helps, the search pairs this many of the best single changes.
+const PAIRED: usize = 6;
+
+/// A near-optimal schedule for `view` under `budget_bytes`; see the module docs.
+///
+/// # Errors
+/// [`Error::Infeasible`] naming [`min_feasible_budget`] when no schedule the planner can make
+/// fits.
+pub fn plan(view: &GraphView, budget_bytes: u64) -> Result<Schedule, Error> {
+    plan_counted(view, budget_bytes).map(|(schedule, _)| schedule)
+}
+
+/// What planning cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PlanWork {
+    /// Executor work units over all runs (see `exec::Work`), plus simulated actions.
+    pub(crate) units: u64,
+    /// Executor runs.
+    pub(crate) runs: u32,
+}
+
+/// The cheapest valid schedule seen so far.
+struct Best<'v> {
+    view: &'v GraphView,
+    budget: u64,
+    best: Option<(f64, u64, Schedule)>,
+    work: PlanWork,
+}
+
+impl Best<'_> {
+    /// Keeps `schedule` if the simulator accepts it and it is cheaper; returns whether it was.
+    fn consider(&mut self, schedule: Schedule) -> bool {
+        self.work.units += schedule.len() as u64;
+        if let Ok(outcome) = simulate(self.view, &schedule, self.budget) {
+            let better = self.best.as_ref().is_none_or(|(cost, peak, _)| {
+                outcome.recompute_cost < *cost
+                    || (outcome.recompute_cost == *cost && outcome.peak_bytes < *peak)
+            });
+            if better {
+                self.best = Some((outcome.recompute_cost, outcome.peak_bytes, schedule));
+                return true;
+            }
+        }
+        false
+    }
+
+    fn cost(&self) -> Option<f64> {
+        self.best.as_ref().map(|(cost, _, _)| *cost)
+    }
+}
+
+pub(crate) fn plan_counted(view: &GraphView, budget: u64) -> Result<(Schedule, PlanWork), Error> {
+    let mut best = Best {
+        view,
+        budget,
+        best: None,
+        work: PlanWork::default(),
+    };
+    let mut uniform_costs = false;
+    if let Some(bytes) = revolve::uniform_chain(view) {
+        let first = view.nodes()[0].cost;
+        uniform_costs = view.nodes().iter().all(|n| n.cost == first);
+        if let Some(schedule) = revolve::schedule(view, budget / bytes) {
+            best.consider(schedule);
+        }
+    }
+    // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
+    if !(uniform_costs && best.cost().is_some()) {
+        let analysis = Arc::new(Analysis::new(view));
+        let tier = Tier::of(view);
+        let strategies = tier
+            .alphas
+            .iter()
+            .map(|&alpha| Strategy::Lookahead { alpha })
+            .chain(tier.dtr.then_some(Strategy::Dtr));
+        let variants = tier.late.iter().flat_map(|&late| {
+            tier.free_release.iter().flat_map(move |&free| {
+                tier.keep_sources
+                    .iter()
+                    .map(move |&sources| (free, sources, late))
+            })
+        });
+        let mut starts: Vec<(f64, Strategy, Hints)> = Vec::new();
+        'portfolio: for (free_release, keep_sources, late_keep) in variants {
+            let hints = Hints {
+                free_release,
+                keep_sources,
+                late_keep,
+                ..Hints::default()
+            };
+            for strategy in strategies.clone() {
+                best.work.runs += 1;
+                if let Ok((actions, cost, Work { units, .. })) =
+                    exec::run_with(view, &analysis, strategy, budget, &hints)
+                {
+                    best.work.units += units;
+                    best.consider(Schedule::new(actions));
+                    starts.push((cost, strategy, hints.clone()));
+                }
+                if best.cost() == Some(0.0) {
+                    break 'portfolio;
+                }
+            }
+        }
+        // Search from the cheapest few runs, sharing the run budget.
+        starts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        starts.truncate(SEARCH_STARTS);
+        let mut runs = tier.search_runs;
+        let count = starts.len() as u32;
+        for (k, (_, strategy, hints)) in starts.into_iter().enumerate() {
+            if runs > 0 && best.cost().is_some_and(|c| c > 0.0) {
+                // Each start gets an equal share of what is left.
+                let share = runs / (count - k as u32);
+                runs -= share - search(&mut best, &analysis, strategy, hints, share);
+            }
+        }
+        if best.cost().is_none() {
+            best.work.runs += 1;
+            if let Ok((actions, _, _)) = exec::run(view, &analysis, Strategy::Lean, budget) {
+                best.consider(Schedule::new(actions));
+            }
+        }
+    }
+    match best.best {
+        Some((_, _, schedule)) => Ok((schedule, best.work)),
+        None => Err(Error::Infeasible {
+            budget_bytes: budget,
+            min_budget_bytes: min_feasible_budget(view),
+            lower_bound: false,
+        }),
+    }
+}
+
+/// How much the planner tries, by graph size: small graphs get the whole portfolio and a
+/// wide search; large ones the variants that matter there, and no search (planning stays a
+/// small constant number of near-linear runs).
+struct Tier {
+    alphas: &'static [f64],
+    dtr: bool,
+    late: &'static [bool],
+    free_release: &'static [bool],
+    keep_sources: &'static [bool],
+    search_runs: u32,
+}
+
+impl Tier {
+    fn of(view: &GraphView) -> Self {
+        let n = view.len();
+        // Pin release variants only matter when some value cannot be rebuilt.
+        let pinned = (0..n as u32).any(|v| !view.rebuildable(v));
+        let free_release: &'static [bool] = if pinned { &[false, true] } else { &[false] };
+        if n <= 64 {
+            Tier {
+                alphas: &ALPHAS,
+                dtr: true,
+                late: &[false, true],
+                free_release,
+                keep_sources: &[false, true],
+                search_runs: 512,
+            }
+        } else if n <= 20_000 {
+            Tier {
+                alphas: &ALPHAS,
+                dtr: false,
+                late: &[false, true],
+                free_release,
+                keep_sources: &[false],
+                search_runs: if n <= 512 { 32 } else { 0 },
+            }
+        } else {
+            Tier {
+                alphas: &[0.0, 1.0],
+                dtr: false,
+                late: &[false],
+                free_release: &[false],
+                keep_sources: &[false],
+                search_runs: 0,
+            }
+        }
+    }
+}
+
+/// Iterated limited-discrepancy search over a run's decisions (NOTE [decisions] in
+/// `exec.rs`): from the current run, try every single decision taken another way and move to
+/// the cheapest such run if it is cheaper; when none is, try pairs of the most promising
+/// single changes. Stops when nothing helps or `runs` executor runs are spent; returns the
+/// runs left.
+fn search(
+    best: &mut Best<'_>,
+    analysis: &Arc<Analysis>,
+    strategy: Strategy,
+    mut hints: Hints,
+    mut runs: u32,
+) -> u32 {
+    let view = best.view;
+    let Ok((_, mut cost, _, mut decisions)) =
+        exec::run_logged(view, analysis, strategy, best.budget, &hints)
+    else {
+        return runs;
+    };
+    // Runs `choices` and keeps it in `found` if it is the cheapest so far.
+    let trial = |best: &mut Best<'_>,
+                 choices: Vec<u8>,
+                 found: &mut Option<(Vec<u8>, f64, exec::Decisions)>,
+                 hints: &Hints|
+     -> Option<f64> {
+        best.work.runs += 1;
+        let trial = Hints {
+            choices,
+            ..hints.clone()
+        };
+        let (actions, trial_cost, work, trial_decisions) =
+            exec::run_logged(view, analysis, strategy, best.budget, &trial).ok()?;
+        best.work.units += work.units;
+        if found.as_ref().is_none_or(|f| trial_cost < f.1) {
+            best.consider(Schedule::new(actions));
+            *found = Some((trial.choices, trial_cost, trial_decisions));
+        }
+        Some(trial_cost)
+    };
+    let with = |choices: &[u8], k: usize, option: u8| {
+        let mut choices = choices.to_vec();
+        choices.resize(choices.len().max(k + 1), 0);
+        choices[k] = option;
+        choices
+    };
+    while cost > 0.0 && runs > 0 {
+        let mut found: Option<(Vec<u8>, f64, exec::Decisions)> = None;
+        let mut singles: Vec<(f64, usize, u8)> = Vec::new();
+        'sweep: for (k, &options) in decisions.iter().enumerate() {
+            let current = hints.choices.get(k).copied().unwrap_or(0);
+            for option in (0..options).filter(|&o| o != current) {
+                if runs == 0 {
+                    break 'sweep;
+                }
+                runs -= 1;
+                if let Some(c) = trial(best, with(&hints.choices, k, option), &mut found, &hints) {
+                    singles.push((c, k, option));
+                }
+            }
+        }
+        if found.as_ref().is_none_or(|f| f.1 >= cost) {
+            // No single change helps: try pairs of the most promising ones.
+            found = None;
+            singles.sort_by(|a, b| a.0.total_cmp(&b.0));
+            singles.truncate(PAIRED);
+            'pairs: for (i, &(_, k1, o1)) in singles.iter().enumerate() {
+                for &(_, k2, o2) in &singles[i + 1..] {
+                    if k1 == k2 {
+                        continue;
+                    }
+                    if runs == 0 {
+                        break 'pairs;
+                    }
+                    runs -= 1;
+                    let choices = with(&with(&hints.choices, k1, o1), k2, o2);
+                    trial(best, choices, &mut found, &hints);
+                }
+            }
+        }
+        match found {
+            Some((choices, trial_cost, trial_decisions)) if trial_cost < cost => {
+                hints.choices = choices;
+                cost = trial_cost;
+                decisions = trial_decisions;
+            }
+            _ => return runs,
+        }
+    }
+    runs
+}

@@ -1,0 +1,215 @@
+//! Revolve: optimal binomial checkpointing of a uniform chain (Griewank 1992; Griewank and
+//! Walther, "Algorithm 799: revolve", ACM TOMS 2000).
+//!
+//! A *uniform chain* is a view where node `i` reads node `i - 1` (node 0 reads only leaves),
+//! each step reads its node's input, every value has the same size, and nothing is pinned,
+//! constant or forced. With room for `s` values (the value being advanced included), the
+//! fewest forward evaluations that reverse `l` steps are
+//! `t(l, s) = r l - C(s + r, r - 1)`, where `r` is the smallest integer with
+//! `C(s + r, s) >= l`; here the first forward pass is free, so a plan replays
+//! `t(n, s) - (n - 1)` values. [`replays`] gives that count; [`schedule`] builds a schedule
+//! that reaches it, splitting each sub-chain where `t`'s recursion is smallest (the split
+//! cost is convex in the split point, so a binary search finds it).
+//!
+//! Cost model: O(log) per split with precomputed binomial tables; the schedule itself has
+//! O(n + replays) actions. Built with an explicit stack: no recursion.
+//!
+//! # Invariants
+//! - A sub-task `Rev(a, b, s)` starts with value `a - 1` held (a leaf when `a = 0`), values
+//!   `a..=b` not held and steps `b..=a` to run, and holds at most `s` values of `a..=b` at
+//!   once.
+
+use super::{Action, GraphView, Schedule};
+
+/// The value size of `view` if it is a uniform chain (see the module docs).
+pub(crate) fn uniform_chain(view: &GraphView) -> Option<u64> {
+    let nodes = view.nodes();
+    let bytes = nodes.first()?.bytes;
+    if bytes == 0 {
+        return None;
+    }
+    let n = nodes.len() as u32;
+    let chain = nodes.iter().enumerate().all(|(i, node)| {
+        let i = i as u32;
+        let previous: &[u32] = if i == 0 { &[] } else { &[i - 1] };
+        node.inputs == previous
+            && node.step_reads == previous
+            && node.bytes == bytes
+            && node.replayable
+            && node.forced.is_none()
+            && node.fixed_bytes == 0
+    });
+    let reversed = view.step_order().iter().copied().eq((0..n).rev());
+    (chain && reversed).then_some(bytes)
+}
+
+/// Binomial tables for `t(l, s)`.
+struct Tables {
+    n: u64,
+    /// `beta[s][r] = C(s + r, s)`, for `r` until the value reaches `n` (capped), `s >= 2`.
+    beta: Vec<Vec<u64>>,
+}
+
+impl Tables {
+    fn new(n: u64, s_max: u64) -> Self {
+        let s_max = s_max.min(n + 1) as usize;
+        let mut beta = vec![Vec::new(); s_max + 2];
+        for (s, row) in beta.iter_mut().enumerate().skip(2) {
+            let mut value: u128 = 1;
+            let mut r: u128 = 0;
+            loop {
+                row.push(value.min(u64::MAX as u128) as u64);
+                if value >= n as u128 {
+                    break;
+                }
+                r += 1;
+                value = value * (s as u128 + r) / r;
+            }
+        }
+        Self { n, beta }
+    }
+
+    /// `C(s + r, s)`, saturating at `u64::MAX`.
+    fn beta(s: u64, r: u64) -> u64 {
+        let k = s.min(r) as u128;
+        let top = (s + r) as u128;
+        let mut value: u128 = 1;
+        for i in 1..=k {
+            value = value * (top - k + i) / i;
+            if value > u64::MAX as u128 {
+                return u64::MAX;
+            }
+        }
+        value as u64
+    }
+
+    /// Forward evaluations to reverse `l` steps with `s` slots (`u64::MAX`: impossible).
+    fn t(&self, l: u64, s: u64) -> u64 {
+        if l <= 1 {
+            return 0;
+        }
+        if s == 0 {
+            return u64::MAX;
+        }
+        if s == 1 {
+            return l * (l - 1) / 2;
+        }
+        let s = s.min(self.n + 1);
+        // The smallest r with C(s + r, s) >= l.
+        let row = &self.beta[s as usize];
+        let r = row.partition_point(|&b| b < l) as u64;
+        r * l - Self::beta(s + 1, r - 1)
+    }
+
+    /// Replays of the top level: the first forward pass is free.
+    fn top(&self, l: u64, s: u64) -> u64 {
+        if l <= 1 {
+            0
+        } else if s == 0 {
+            u64::MAX
+        } else {
+            self.t(l, s) - (l - 1)
+        }
+    }
+}
+
+/// The smallest `j` in `1..=hi` minimizing the convex `f`.
+fn argmin_convex(hi: u64, f: impl Fn(u64) -> u64) -> u64 {
+    let (mut lo, mut hi) = (1, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if f(mid) <= f(mid + 1) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// The fewest replays that reverse a uniform chain of `n` ops with room for `slots` values.
+/// `None` when `slots` is zero and `n > 1`.
+pub fn replays(n: u64, slots: u64) -> Option<u64> {
+    let tables = Tables::new(n.max(1), slots.saturating_add(1));
+    let r = tables.top(n, slots);
+    (r != u64::MAX).then_some(r)
+}
+
+enum Task {
+    Top { a: u32, b: u32, s: u64 },
+    Rev { a: u32, b: u32, s: u64 },
+    Free(u32),
+}
+
+/// An optimal schedule for a uniform chain with room for `slots` values (see the module
+/// docs); `None` if `slots` is zero and the chain has more than one op.
+pub(crate) fn schedule(view: &GraphView, slots: u64) -> Option<Schedule> {
+    let n = view.len() as u32;
+    if n == 0 {
+        return Some(Schedule::default());
+    }
+    let tables = Tables::new(n as u64, slots.saturating_add(1));
+    if tables.top(n as u64, slots) == u64::MAX {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut tasks = vec![Task::Top {
+        a: 0,
+        b: n - 1,
+        s: slots,
+    }];
+    while let Some(task) = tasks.pop() {
+        match task {
+            Task::Free(v) => out.push(Action::Free(v)),
+            Task::Top { a, b, s } => {
+                let l = (b - a + 1) as u64;
+                if l == 1 {
+                    out.push(Action::Compute(a));
+                    out.push(Action::Step(a));
+                    continue;
+                }
+                let j = if s == 1 {
+                    l - 1
+                } else {
+                    argmin_convex(l - 1, |j| {
+                        tables.top(l - j, s - 1).saturating_add(tables.t(j, s))
+                    })
+                };
+                let m = a + j as u32;
+                for i in a..m {
+                    out.push(Action::Compute(i));
+                }
+                out.push(Action::Keep(m - 1));
+                tasks.push(Task::Rev { a, b: m - 1, s });
+                tasks.push(Task::Free(m - 1));
+                tasks.push(Task::Top { a: m, b, s: s - 1 });
+            }
+            Task::Rev { a, b, s } => {
+                let l = (b - a + 1) as u64;
+                if l == 1 {
+                    out.push(Action::Step(a));
+                    continue;
+                }
+                let j = if s == 1 {
+                    l - 1
+                } else {
+                    argmin_convex(l - 1, |j| {
+                        j.saturating_add(tables.t(l - j, s - 1))
+                            .saturating_add(tables.t(j, s))
+                    })
+                };
+                let m = a + j as u32;
+                for i in a..m {
+                    out.push(Action::Replay(i));
+                    if i > a {
+                        out.push(Action::Free(i - 1));
+                    }
+                }
+                tasks.push(Task::Rev { a, b: m - 1, s });
+                tasks.push(Task::Free(m - 1));
+                tasks.push(Task::Rev { a: m, b, s: s - 1 });
+            }
+        }
+    }
+    Some(Schedule::new(out))
+}

@@ -1,0 +1,159 @@
+//! Schedules: one sequence of actions over a whole training step (forward and backward).
+//!
+//! # Invariants
+//! A schedule is only a list; [`simulate`](super::simulate) is the one place that says
+//! whether it is valid for a view and what it costs.
+
+use std::ops::Range;
+
+/// One action of a [`Schedule`]. The `u32` is a node index of the [`GraphView`](super::GraphView).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The forward pass runs node `i`'s op (in index order; no recompute cost). Its output is
+    /// the user's tensor: remat holds it only after a [`Action::Keep`].
+    Compute(u32),
+    /// remat keeps value `i` for backward. Only in the forward pass, right after
+    /// `Compute(i)` or after `Compute(j)` of a node `j` that reads `i` (the value is in hand).
+    Keep(u32),
+    /// Backward rebuilds value `i` by replaying its op (cost `cost[i]`); every input must be
+    /// held. The value is held afterwards.
+    Replay(u32),
+    /// remat drops value `i`. Directly after an op that reads `i`, the op takes it (its last
+    /// read): the value leaves before the op's output arrives.
+    Free(u32),
+    /// Node `i`'s backward step runs (in the view's step order); every value it reads must be
+    /// held. Its constants are released.
+    Step(u32),
+}
+
+impl Action {
+    /// The node the action is about.
+    pub fn node(self) -> u32 {
+        match self {
+            Action::Compute(i)
+            | Action::Keep(i)
+            | Action::Replay(i)
+            | Action::Free(i)
+            | Action::Step(i) => i,
+        }
+    }
+
+    /// Whether the action runs an op (a forward op, a replay or a backward step).
+    pub fn is_op(self) -> bool {
+        matches!(
+            self,
+            Action::Compute(_) | Action::Replay(_) | Action::Step(_)
+        )
+    }
+}
+
+/// A whole training step's actions, forward then backward.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    actions: Vec<Action>,
+}
+
+impl Schedule {
+    /// A schedule of these actions (checked only by [`simulate`](super::simulate)).
+    pub fn new(actions: Vec<Action>) -> Self {
+        Self { actions }
+    }
+
+    /// The actions, in order.
+    pub fn actions(&self) -> &[Action] {
+        &self.actions
+    }
+
+    /// The number of actions.
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// Whether there is no action.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    /// The number of replays of each node (`n` entries).
+    pub fn replays(&self, n: usize) -> Vec<u32> {
+        let mut replays = vec![0; n];
+        for a in &self.actions {
+            if let Action::Replay(i) = *a
+                && let Some(r) = replays.get_mut(i as usize)
+            {
+                *r += 1;
+            }
+        }
+        replays
+    }
+
+    /// Splits the schedule into the chunks an interpreter runs at each op of the step; see
+    /// [`ScheduleIndex`].
+    pub fn index(&self) -> ScheduleIndex {
+        ScheduleIndex::new(&self.actions)
+    }
+}
+
+impl From<Vec<Action>> for Schedule {
+    fn from(actions: Vec<Action>) -> Self {
+        Self::new(actions)
+    }
+}
+
+/// Where each forward op's and each backward step's actions are, for an engine that runs a
+/// schedule as the step happens.
+///
+/// - `forward(j)`: `Compute(j)` and the `Keep`/`Free` actions after it, up to the next op:
+///   what the engine does when it records op `j`.
+/// - `backward(p)`: everything after the previous chunk up to and including the `p`-th
+///   `Step` of the step order and the `Free`s right after it: the replays and drops before
+///   the step, the step, and the values it took.
+///
+/// The chunks cover the schedule in order, without overlap. Drops that make room for an op's
+/// constants come before its `Compute`, so they close the previous chunk: dropping a value
+/// early is always safe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleIndex {
+    forward: Vec<Range<usize>>,
+    backward: Vec<Range<usize>>,
+}
+
+impl ScheduleIndex {
+    fn new(actions: &[Action]) -> Self {
+        let mut index = Self::default();
+        let mut start = 0;
+        let mut i = 0;
+        while i < actions.len() {
+            let a = actions[i];
+            i += 1;
+            match a {
+                Action::Compute(_) => {
+                    while i < actions.len() && !actions[i].is_op() {
+                        i += 1;
+                    }
+                    index.forward.push(start..i);
+                    start = i;
+                }
+                Action::Step(_) => {
+                    while i < actions.len() && matches!(actions[i], Action::Free(_)) {
+                        i += 1;
+                    }
+                    index.backward.push(start..i);
+                    start = i;
+                }
+                _ => {}
+            }
+        }
+        index
+    }
+
+    /// The actions of forward op `j` (the `j`-th `Compute`), as a range of the schedule.
+    pub fn forward(&self, j: usize) -> Option<Range<usize>> {
+        self.forward.get(j).cloned()
+    }
+
+    /// The actions of the `p`-th backward step, as a range of the schedule.
+    pub fn backward(&self, p: usize) -> Option<Range<usize>> {
+        self.backward.get(p).cloned()
+    }
+}

@@ -1,0 +1,271 @@
+//! An exact solver for small views (at most 16 nodes), for tests only: Dijkstra over states
+//! (backward position, set of held values) under the same cost model as `simulate`.
+//!
+//! - The forward pass keeps a set `K` (each value at the latest moment it is in hand, which
+//!   dominates keeping it earlier): its held bytes at the end are `bytes(K)` plus every
+//!   constant, the most the forward pass holds.
+//! - Backward transitions: free a held value (free of cost); replay `x` whose inputs are
+//!   held, taking any subset of its inputs (cost `cost[x]`); run the next step when its reads
+//!   are held. Every state's held bytes (values + constants of unstepped nodes) must fit.
+//! - A value no later step can need, directly or through a replay of a rebuildable
+//!   descendant, is dropped at once (dominant).
+//! - Forced marks and replayability are the simulator's rules.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use crate::planner::{Forced, GraphView};
+
+struct Problem {
+    n: usize,
+    bytes: Vec<u64>,
+    cost: Vec<f64>,
+    inputs: Vec<u32>,
+    can_replay: u32,
+    forced_keep: u32,
+    forced_recompute: u32,
+    /// Reads of the step at each position, and the step's node.
+    reads: Vec<u32>,
+    steps: Vec<usize>,
+    /// Constants of the nodes not stepped before each position.
+    fixed: Vec<u64>,
+    /// Values some step at or after each position may need.
+    useful: Vec<u32>,
+    /// Forced-Keep values still read at or after each position.
+    pinned_reads: Vec<u32>,
+}
+
+impl Problem {
+    fn new(view: &GraphView) -> Self {
+        let n = view.len();
+        assert!(n <= 16, "the exact solver takes at most 16 nodes");
+        let nodes = view.nodes();
+        let bit = |v: u32| 1u32 << v;
+        let mask = |vs: &[u32]| vs.iter().fold(0u32, |m, &v| m | bit(v));
+        let mut position = vec![0usize; n];
+        for (p, &s) in view.step_order().iter().enumerate() {
+            position[s as usize] = p;
+        }
+        // last_use[v]: the last position whose step may need v.
+        let mut last_use: Vec<Option<usize>> = vec![None; n];
+        for v in (0..n).rev() {
+            let mut last = None;
+            for (p, &s) in view.step_order().iter().enumerate() {
+                if nodes[s as usize].step_reads.contains(&(v as u32)) {
+                    last = last.max(Some(p));
+                }
+            }
+            for (w, node) in nodes.iter().enumerate().skip(v + 1) {
+                let rebuildable = node.replayable && node.forced != Some(Forced::Keep);
+                if rebuildable && node.inputs.contains(&(v as u32)) {
+                    last = last.max(last_use[w].map(|l| l.min(position[w])));
+                }
+            }
+            last_use[v] = last;
+        }
+        let useful = (0..=n)
+            .map(|p| {
+                (0..n)
+                    .filter(|&v| last_use[v].is_some_and(|l| l >= p))
+                    .fold(0, |m, v| m | bit(v as u32))
+            })
+            .collect();
+        let pinned_reads = (0..=n)
+            .map(|p| {
+                (0..n)
+                    .filter(|&v| nodes[v].forced == Some(Forced::Keep))
+                    .filter(|&v| {
+                        view.step_order()[p.min(n)..]
+                            .iter()
+                            .any(|&s| nodes[s as usize].step_reads.contains(&(v as u32)))
+                    })
+                    .fold(0, |m, v| m | bit(v as u32))
+            })
+            .collect();
+        let mut fixed = vec![0u64; n + 1];
+        for p in (0..n).rev() {
+            fixed[p] = fixed[p + 1] + nodes[view.step_order()[p] as usize].fixed_bytes;
+        }
+        Self {
+            n,
+            bytes: nodes.iter().map(|x| x.bytes).collect(),
+            cost: nodes.iter().map(|x| x.cost).collect(),
+            inputs: nodes.iter().map(|x| mask(&x.inputs)).collect(),
+            can_replay: (0..n)
+                .filter(|&v| nodes[v].replayable && nodes[v].forced != Some(Forced::Keep))
+                .fold(0, |m, v| m | bit(v as u32)),
+            forced_keep: (0..n)
+                .filter(|&v| nodes[v].forced == Some(Forced::Keep))
+                .fold(0, |m, v| m | bit(v as u32)),
+            forced_recompute: (0..n)
+                .filter(|&v| nodes[v].forced == Some(Forced::Recompute))
+                .fold(0, |m, v| m | bit(v as u32)),
+            reads: view
+                .step_order()
+                .iter()
+                .map(|&s| mask(&nodes[s as usize].step_reads))
+                .collect(),
+            steps: view.step_order().iter().map(|&s| s as usize).collect(),
+            fixed,
+            useful,
+            pinned_reads,
+        }
+    }
+
+    fn held(&self, p: usize, set: u32) -> u64 {
+        let mut bytes = self.fixed[p];
+        let mut rest = set;
+        while rest != 0 {
+            let v = rest.trailing_zeros() as usize;
+            bytes += self.bytes[v];
+            rest &= rest - 1;
+        }
+        bytes
+    }
+
+    fn index(&self, p: usize, set: u32) -> usize {
+        (p << self.n) | set as usize
+    }
+
+    /// Calls `f(next_p, next_set, cost)` for every transition out of `(p, set)` that fits.
+    fn transitions(&self, p: usize, set: u32, budget: u64, mut f: impl FnMut(usize, u32, f64)) {
+        let n = self.n;
+        if p == n {
+            return;
+        }
+        // Free.
+        let mut rest = set & !self.pinned_reads[p];
+        while rest != 0 {
+            let v = rest.trailing_zeros();
+            f(p, set & !(1 << v), 0.0);
+            rest &= rest - 1;
+        }
+        // Replay.
+        let stepped: u32 = self.steps[..p].iter().fold(0, |m, &s| m | (1 << s));
+        let candidates = self.can_replay & self.useful[p] & !set & !stepped;
+        let mut rest = candidates;
+        while rest != 0 {
+            let x = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let inputs = self.inputs[x];
+            if inputs & !set != 0 {
+                continue;
+            }
+            let takeable = inputs & !self.pinned_reads[p];
+            // Every subset of the takeable inputs.
+            let mut sub = takeable;
+            loop {
+                let next = (set | (1 << x)) & !sub;
+                if self.held(p, next) <= budget {
+                    f(p, next, self.cost[x]);
+                }
+                if sub == 0 {
+                    break;
+                }
+                sub = (sub - 1) & takeable;
+            }
+        }
+        // Step.
+        if self.reads[p] & !set == 0 {
+            f(p + 1, set & self.useful[p + 1], 0.0);
+        }
+    }
+
+    /// The start states: every keepable set that fits after the forward pass.
+    fn starts(&self, budget: u64, mut f: impl FnMut(u32)) {
+        let keepable = self.useful[0] & !self.forced_recompute;
+        let must = self.pinned_reads[0];
+        if must & !keepable != 0 {
+            return;
+        }
+        let free = keepable & !must;
+        let mut sub = free;
+        loop {
+            let set = must | sub;
+            if self.held(0, set) <= budget {
+                f(set);
+            }
+            if sub == 0 {
+                break;
+            }
+            sub = (sub - 1) & free;
+        }
+        let _ = self.forced_keep;
+    }
+}
+
+#[derive(PartialEq)]
+struct Entry(f64, usize, u32);
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.0.total_cmp(&self.0)
+    }
+}
+
+/// The least recompute cost of any schedule of `view` under `budget`, if one exists.
+pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
+    let problem = Problem::new(view);
+    let n = problem.n;
+    let mut dist = vec![f64::INFINITY; (n + 1) << n];
+    let mut heap = BinaryHeap::new();
+    problem.starts(budget, |set| {
+        dist[problem.index(0, set)] = 0.0;
+        heap.push(Entry(0.0, 0, set));
+    });
+    while let Some(Entry(d, p, set)) = heap.pop() {
+        if d > dist[problem.index(p, set)] {
+            continue;
+        }
+        if p == n {
+            return Some(d);
+        }
+        problem.transitions(p, set, budget, |q, next, c| {
+            let k = problem.index(q, next);
+            if d + c < dist[k] {
+                dist[k] = d + c;
+                heap.push(Entry(d + c, q, next));
+            }
+        });
+    }
+    None
+}
+
+/// The smallest budget any schedule of `view` meets.
+pub(crate) fn min_budget(view: &GraphView) -> u64 {
+    let problem = Problem::new(view);
+    let n = problem.n;
+    // Minimax Dijkstra: the cost of a path is the most it holds.
+    let mut best = vec![u64::MAX; (n + 1) << n];
+    let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize, u32)>> = BinaryHeap::new();
+    problem.starts(u64::MAX, |set| {
+        let held = problem.held(0, set);
+        best[problem.index(0, set)] = held;
+        heap.push(std::cmp::Reverse((held, 0, set)));
+    });
+    while let Some(std::cmp::Reverse((peak, p, set))) = heap.pop() {
+        if peak > best[problem.index(p, set)] {
+            continue;
+        }
+        if p == n {
+            return peak;
+        }
+        problem.transitions(p, set, u64::MAX, |q, next, _| {
+            let next_peak = peak.max(problem.held(q, next));
+            let k = problem.index(q, next);
+            if next_peak < best[k] {
+                best[k] = next_peak;
+                heap.push(std::cmp::Reverse((next_peak, q, next)));
+            }
+        });
+    }
+    u64::MAX
+}

@@ -1,0 +1,457 @@
+//! Every generator's schedule passes the simulator and stays within its budget.
+
+use std::sync::Arc;
+
+use super::{Flavor, Rng, chain, random_view};
+use crate::planner::analysis::Analysis;
+use crate::planner::exec::{self, Strategy};
+use crate::planner::{
+    Action, Dtr, Error, Forced, GraphView, Node, PlanCache, Schedule, from_decisions,
+    min_feasible_budget, plan, signature, simulate, tradeoff,
+};
+
+/// The largest step's reads plus the constants held then: no schedule holds less.
+fn step_lower_bound(view: &GraphView) -> u64 {
+    let nodes = view.nodes();
+    let mut fixed: u64 = nodes.iter().map(|n| n.fixed_bytes).sum();
+    let mut bound = 0;
+    for &s in view.step_order() {
+        let mut reads: Vec<u32> = nodes[s as usize].step_reads.clone();
+        reads.sort_unstable();
+        reads.dedup();
+        let bytes: u64 = reads.iter().map(|&r| nodes[r as usize].bytes).sum();
+        bound = bound.max(bytes + fixed);
+        fixed -= nodes[s as usize].fixed_bytes;
+    }
+    bound
+}
+
+fn lean(view: &GraphView, budget: u64) -> Result<Schedule, Error> {
+    let analysis = Arc::new(Analysis::new(view));
+    exec::run(view, &analysis, Strategy::Lean, budget).map(|(a, _, _)| Schedule::new(a))
+}
+
+/// The peak when everything that is read is kept (the top of the budget ladder).
+fn keep_all(view: &GraphView) -> u64 {
+    let schedule = plan(view, u64::MAX).expect("an unlimited budget always fits");
+    simulate(view, &schedule, u64::MAX).unwrap().peak_bytes
+}
+
+/// Budgets from the smallest feasible to keep-all.
+fn ladder(view: &GraphView) -> Vec<u64> {
+    let low = min_feasible_budget(view);
+    let high = keep_all(view).max(low);
+    let mut budgets: Vec<u64> = (0..=5).map(|k| low + (high - low) * k / 5).collect();
+    budgets.dedup();
+    budgets
+}
+
+fn flavors(rng: &mut Rng) -> Flavor {
+    Flavor {
+        marks: rng.chance(0.5),
+        shuffled_steps: rng.chance(0.3),
+    }
+}
+
+#[test]
+fn every_generator_fits_every_budget_from_the_smallest_feasible_to_keep_all() {
+    let mut rng = Rng::new(1);
+    let mut checked = 0;
+    for _ in 0..300 {
+        let n = 1 + rng.below(24) as usize;
+        let flavor = flavors(&mut rng);
+        let view = random_view(&mut rng, n, flavor);
+        let context = format!("view:\n{view}");
+        let min = min_feasible_budget(&view);
+        assert!(min >= step_lower_bound(&view), "{context}");
+        simulate(&view, &from_decisions(&view), u64::MAX)
+            .unwrap_or_else(|e| panic!("{e}\n{context}"));
+        for budget in ladder(&view) {
+            let context = format!("budget {budget} (min {min})\n{context}");
+            for (name, schedule) in [
+                ("plan", plan(&view, budget)),
+                ("dtr", Dtr::schedule(&view, budget)),
+                ("lean", lean(&view, budget)),
+            ] {
+                let schedule = schedule.unwrap_or_else(|e| panic!("{name}: {e}\n{context}"));
+                let outcome = simulate(&view, &schedule, budget)
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{context}"));
+                assert!(outcome.peak_bytes <= budget, "{name}\n{context}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000);
+}
+
+#[test]
+fn an_unlimited_budget_rebuilds_nothing_that_is_not_forced() {
+    let mut rng = Rng::new(2);
+    for _ in 0..200 {
+        let n = 1 + rng.below(24) as usize;
+        let flavor = Flavor {
+            marks: false,
+            shuffled_steps: rng.chance(0.5),
+        };
+        let view = random_view(&mut rng, n, flavor);
+        for schedule in [plan(&view, u64::MAX), Dtr::schedule(&view, u64::MAX)] {
+            let outcome = simulate(&view, &schedule.unwrap(), u64::MAX).unwrap();
+            assert_eq!(outcome.total_replays, 0, "{view}");
+        }
+        let engine = simulate(&view, &from_decisions(&view), u64::MAX).unwrap();
+        assert_eq!(engine.total_replays, 0);
+    }
+}
+
+#[test]
+fn a_budget_below_the_smallest_feasible_names_it() {
+    // One step reads two 100-byte values at once: no schedule holds less than 200 bytes.
+    let view = GraphView::new(vec![
+        Node::new("a", 100, 1.0),
+        Node::new("b", 100, 1.0),
+        Node::new("mul", 10, 1.0).inputs([0, 1]).step_reads([0, 1]),
+    ])
+    .unwrap();
+    assert_eq!(min_feasible_budget(&view), 200);
+    let expected = Error::Infeasible {
+        budget_bytes: 150,
+        min_budget_bytes: 200,
+        lower_bound: false,
+    };
+    assert_eq!(plan(&view, 150), Err(expected.clone()));
+    assert_eq!(Dtr::schedule(&view, 150), Err(expected.clone()));
+    let message = expected.to_string();
+    assert!(message.contains("200 bytes"), "{message}");
+    assert!(message.contains("Policy::Budget"), "{message}");
+    assert!(plan(&view, 200).is_ok());
+
+    // A value that cannot be rebuilt is held from the forward pass: online, the error is a
+    // lower bound from what was recorded so far.
+    let mut dtr = Dtr::new(50);
+    let err = dtr
+        .on_compute(
+            Node::new("rand", 100, 1.0)
+                .replayable(false)
+                .step_reads([0]),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::Infeasible {
+            budget_bytes: 50,
+            min_budget_bytes: 100,
+            lower_bound: true
+        }
+    );
+    assert!(err.to_string().contains("at least 100 bytes"), "{err}");
+}
+
+#[test]
+fn at_the_smallest_feasible_budget_every_generator_succeeds() {
+    let mut rng = Rng::new(3);
+    for _ in 0..500 {
+        let n = 1 + rng.below(32) as usize;
+        let flavor = flavors(&mut rng);
+        let view = random_view(&mut rng, n, flavor);
+        let min = min_feasible_budget(&view);
+        for (name, schedule) in [
+            ("plan", plan(&view, min)),
+            ("dtr", Dtr::schedule(&view, min)),
+            ("lean", lean(&view, min)),
+        ] {
+            let schedule = schedule.unwrap_or_else(|e| panic!("{name}: {e}\n{view}"));
+            simulate(&view, &schedule, min).unwrap_or_else(|e| panic!("{name}: {e}\n{view}"));
+        }
+    }
+}
+
+#[test]
+fn online_dtr_event_by_event_is_the_whole_view_run() {
+    let mut rng = Rng::new(4);
+    for _ in 0..50 {
+        let view = random_view(
+            &mut rng,
+            20,
+            Flavor {
+                marks: true,
+                shuffled_steps: true,
+            },
+        );
+        let budgets = ladder(&view);
+        let budget = budgets[budgets.len() / 2];
+        let mut dtr = Dtr::new(budget);
+        let mut actions: Vec<Action> = Vec::new();
+        for (j, node) in view.nodes().iter().enumerate() {
+            let chunk = dtr.on_compute(node.clone()).unwrap();
+            assert!(chunk.contains(&Action::Compute(j as u32)));
+            actions.extend_from_slice(chunk);
+            assert!(dtr.held_bytes() <= budget);
+        }
+        actions.extend_from_slice(dtr.begin_backward(view.step_order().to_vec()).unwrap());
+        for &s in view.step_order() {
+            let chunk = dtr.on_step().unwrap();
+            assert!(chunk.contains(&Action::Step(s)));
+            actions.extend_from_slice(chunk);
+            assert!(dtr.held_bytes() <= budget);
+        }
+        let peak = dtr.peak_bytes();
+        let whole = Dtr::schedule(&view, budget).unwrap();
+        assert_eq!(actions, whole.actions());
+        let outcome = simulate(&view, &whole, budget).unwrap();
+        assert_eq!(outcome.peak_bytes, peak);
+    }
+}
+
+#[test]
+fn dtr_evicts_the_cheapest_stalest_value_per_byte() {
+    // Three values read late by steps; a fourth op needs room for one more.
+    let nodes = [
+        Node::new("cheap", 10, 1.0),
+        Node::new("dear", 10, 100.0),
+        Node::new("cheap_recent", 10, 1.0),
+        Node::new("reader", 10, 1.0)
+            .inputs([0, 1, 2])
+            .step_reads([0, 1, 2, 3]),
+    ];
+    let mut dtr = Dtr::new(30);
+    for node in &nodes[..3] {
+        let node = node.clone().step_reads(vec![]);
+        dtr.on_compute(node).unwrap();
+    }
+    // Nothing read them yet: nothing was kept.
+    assert_eq!(dtr.held_bytes(), 0);
+    let actions = dtr.on_compute(nodes[3].clone()).unwrap().to_vec();
+    // The reader needs 0, 1, 2 and itself (40 bytes) under 30: one is evicted; `dear` costs
+    // 100x more to rebuild, and of the two cheap ones the first kept is the stalest... all
+    // three are kept at the same op here, so ties break on the lower index.
+    assert_eq!(
+        actions,
+        [
+            Action::Compute(3),
+            Action::Keep(0),
+            Action::Keep(1),
+            Action::Keep(2),
+            Action::Free(0),
+            Action::Keep(3),
+        ]
+    );
+    assert_eq!(dtr.victims(10).unwrap(), [2]);
+    assert_eq!(dtr.held_bytes(), 20);
+}
+
+#[test]
+fn the_cache_reuses_a_plan_while_the_structure_recurs() {
+    let view = chain(50, 8, 1.0);
+    let mut measured = view.nodes().to_vec();
+    measured[7].cost = 3.5;
+    let remeasured = GraphView::new(measured).unwrap();
+    assert_eq!(signature(&view), signature(&remeasured));
+    let mut other = view.nodes().to_vec();
+    other[7].bytes = 16;
+    let other = GraphView::new(other).unwrap();
+    assert_ne!(signature(&view), signature(&other));
+    let mut renamed = view.nodes().to_vec();
+    renamed[3].name = "g";
+    assert_ne!(
+        signature(&view),
+        signature(&GraphView::new(renamed).unwrap())
+    );
+
+    let mut cache = PlanCache::new(2);
+    let first = cache.get_or_plan(&view, 80).unwrap();
+    let again = cache.get_or_plan(&remeasured, 80).unwrap();
+    assert!(Arc::ptr_eq(&first.schedule, &again.schedule));
+    assert_eq!(cache.len(), 1);
+    cache.get_or_plan(&view, 160).unwrap();
+    cache.get_or_plan(&other, 80).unwrap();
+    assert_eq!(cache.len(), 2);
+    // The least recently used plan (the first) went.
+    assert!(cache.get(signature(&view), 80).is_none());
+    assert_eq!(cache.most_recent(80).unwrap().signature, signature(&other));
+}
+
+#[test]
+fn the_tradeoff_report_spans_the_smallest_budget_to_keep_all() {
+    let view = chain(40, 1 << 20, 1000.0);
+    let report = tradeoff(&view);
+    assert_eq!(report.min_budget_bytes, 1 << 20);
+    assert_eq!(report.keep_all_bytes, 39 << 20);
+    let first = &report.rows[0];
+    assert_eq!(first.budget_bytes, 1 << 20);
+    // One slot: the quadratic schedule, (n - 1)(n - 2) / 2 replays.
+    assert_eq!(first.replays, 39 * 38 / 2);
+    let last = report.rows.last().unwrap();
+    assert_eq!(last.budget_bytes, 39 << 20);
+    assert_eq!(last.replays, 0);
+    for pair in report.rows.windows(2) {
+        assert!(pair[0].budget_bytes < pair[1].budget_bytes);
+        assert!(pair[0].recompute_cost >= pair[1].recompute_cost);
+    }
+    for row in &report.rows {
+        assert!(row.peak_bytes <= row.budget_bytes);
+        assert_eq!(
+            row.recompute_fraction,
+            row.recompute_cost / report.forward_cost
+        );
+    }
+    let table = report.to_string();
+    assert!(table.contains("extra compute"), "{table}");
+    assert_eq!(table.lines().count(), 2 + report.rows.len());
+}
+
+#[test]
+fn a_100k_chain_plans_without_recursion() {
+    // A 256 KiB stack: any recursion over the graph would overflow it.
+    let handle = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let n = 100_000;
+            let view = chain(n, 4, 1.0);
+            assert_eq!(min_feasible_budget(&view), 4);
+            let schedule = plan(&view, 100 * 4).unwrap();
+            let outcome = simulate(&view, &schedule, 100 * 4).unwrap();
+            assert_eq!(
+                outcome.total_replays,
+                crate::planner::revolve::replays(n as u64, 100).unwrap()
+            );
+            let engine = from_decisions(&view);
+            assert_eq!(
+                simulate(&view, &engine, u64::MAX).unwrap().peak_bytes,
+                4 * (n as u64 - 1)
+            );
+            let _ = signature(&view);
+            // Unequal costs: the executor runs too.
+            let mut nodes = view.nodes().to_vec();
+            for (i, node) in nodes.iter_mut().enumerate() {
+                node.cost = (1 + i % 7) as f64;
+            }
+            let uneven = GraphView::new(nodes).unwrap();
+            let budget = 4 * n as u64 / 2;
+            let schedule = plan(&uneven, budget).unwrap();
+            simulate(&uneven, &schedule, budget).unwrap();
+            let schedule = Dtr::schedule(&uneven, budget).unwrap();
+            simulate(&uneven, &schedule, budget).unwrap();
+        })
+        .unwrap();
+    handle.join().unwrap();
+}
+
+#[test]
+fn forced_marks_hold_in_every_generator() {
+    let mut rng = Rng::new(5);
+    for _ in 0..200 {
+        let mut view = random_view(
+            &mut rng,
+            16,
+            Flavor {
+                marks: true,
+                shuffled_steps: false,
+            },
+        );
+        // Force a third of the replayable nodes to Recompute and a third to Keep.
+        let mut nodes = view.nodes().to_vec();
+        for node in nodes.iter_mut() {
+            node.forced = match rng.below(3) {
+                0 if node.replayable => Some(Forced::Recompute),
+                1 => Some(Forced::Keep),
+                _ => None,
+            };
+        }
+        view = GraphView::new(nodes).unwrap();
+        for budget in ladder(&view) {
+            // The simulator rejects a schedule that breaks a mark.
+            simulate(&view, &plan(&view, budget).unwrap(), budget).unwrap();
+            simulate(&view, &Dtr::schedule(&view, budget).unwrap(), budget).unwrap();
+        }
+        simulate(&view, &from_decisions(&view), u64::MAX).unwrap();
+    }
+}
+
+#[test]
+fn every_generator_fits_on_larger_graphs_with_marks() {
+    let mut rng = Rng::new(6);
+    for _ in 0..12 {
+        let n = 50 + rng.below(400) as usize;
+        let flavor = Flavor {
+            marks: true,
+            shuffled_steps: rng.chance(0.5),
+        };
+        let view = random_view(&mut rng, n, flavor);
+        for budget in ladder(&view) {
+            for (name, schedule) in [
+                ("plan", plan(&view, budget)),
+                ("dtr", Dtr::schedule(&view, budget)),
+            ] {
+                let schedule = schedule.unwrap_or_else(|e| panic!("{name}: {e}"));
+                simulate(&view, &schedule, budget).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_executor_configuration_is_valid_and_the_guaranteed_ones_fit_the_minimum() {
+    // The planner's portfolio and search run the executor under many configurations; each
+    // schedule must be valid, and the configurations that keep the guarantee (no free pin
+    // release) must fit the smallest feasible budget. Two bugs found this way: a replay
+    // taking a value its own pin release had pinned, and two releases pinning one value.
+    let strategies = [
+        Strategy::Lookahead { alpha: 0.0 },
+        Strategy::Lookahead { alpha: 1.0 },
+        Strategy::Dtr,
+        Strategy::Lean,
+    ];
+    let mut rng = Rng::new(33);
+    for _ in 0..400 {
+        let n = 1 + rng.below(40) as usize;
+        let flavor = flavors(&mut rng);
+        let view = random_view(&mut rng, n, flavor);
+        let analysis = Arc::new(Analysis::new(&view));
+        let min = min_feasible_budget(&view);
+        for budget in [min, ladder(&view)[ladder(&view).len() / 2]] {
+            for bits in 0..8u8 {
+                let hints = exec::Hints {
+                    free_release: bits & 1 != 0,
+                    keep_sources: bits & 2 != 0,
+                    late_keep: bits & 4 != 0,
+                    ..exec::Hints::default()
+                };
+                for strategy in strategies {
+                    match exec::run_with(&view, &analysis, strategy, budget, &hints) {
+                        Ok((actions, _, _)) => {
+                            simulate(&view, &Schedule::new(actions), budget)
+                                .unwrap_or_else(|e| panic!("{strategy:?} {hints:?}: {e}\n{view}"));
+                        }
+                        Err(e) => assert!(
+                            hints.free_release,
+                            "{strategy:?} {hints:?} at {budget}: {e}\n{view}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn two_releases_that_pin_one_value_count_its_inputs_down_once() {
+    // `a` and `b` cannot be rebuilt (forced to Keep). Rebuilding `e` for the first step takes
+    // both: `a` is then needed by nothing (its consumer `e` is held: pinned in its place),
+    // and neither is `b` (its consumers `d` and `e` are held). Both releases pin `e`; `c`,
+    // an input of `e` that `e`'s own step reads later, must still be needed.
+    let view = GraphView::new(vec![
+        Node::new("a", 10, 1.0).forced(Some(Forced::Keep)),
+        Node::new("b", 10, 1.0)
+            .inputs([0])
+            .forced(Some(Forced::Keep)),
+        Node::new("c", 1, 1.0),
+        Node::new("d", 2, 1.0).inputs([1]),
+        Node::new("e", 2, 1.0).inputs([0, 1, 2]).step_reads([2]),
+        Node::new("f", 1, 1.0).inputs([2, 4, 3]).step_reads([4, 3]),
+    ])
+    .unwrap();
+    let schedule = lean(&view, u64::MAX).unwrap();
+    let outcome = simulate(&view, &schedule, u64::MAX).unwrap();
+    // c, d and e rebuilt for f's step; c again for e's step (the lean schedule keeps nothing).
+    assert_eq!(outcome.replays, [0, 0, 2, 1, 1, 0]);
+}

@@ -1,0 +1,354 @@
+//! The simulator on hand-made graphs, with exact expected numbers.
+
+use crate::planner::{
+    Action::{self, *},
+    Error, Forced, GraphView, HeldEvent, Node, Schedule, from_decisions, simulate,
+};
+
+/// x (4 B) -> y = exp(x) (8 B, its step reads y) -> z = y * x (2 B, reads both inputs).
+fn small() -> GraphView {
+    GraphView::new(vec![
+        Node::new("x", 4, 10.0),
+        Node::new("exp", 8, 20.0).inputs([0]).step_reads([1]),
+        Node::new("mul", 2, 30.0).inputs([1, 0]).step_reads([1, 0]),
+    ])
+    .unwrap()
+}
+
+fn events(trace: &[HeldEvent]) -> Vec<(usize, u64)> {
+    trace.iter().map(|e| (e.index, e.held_bytes)).collect()
+}
+
+#[test]
+fn keeping_everything_holds_the_reads_until_their_last_step() {
+    let view = small();
+    let schedule = Schedule::new(vec![
+        Compute(0),
+        Keep(0),
+        Compute(1),
+        Keep(1),
+        Compute(2),
+        Step(2),
+        Step(1),
+        Free(1),
+        Step(0),
+        Free(0),
+    ]);
+    let outcome = simulate(&view, &schedule, 12).unwrap();
+    assert_eq!(outcome.peak_bytes, 12);
+    assert_eq!(outcome.forward_peak_bytes, 12);
+    assert_eq!(outcome.recompute_cost, 0.0);
+    assert_eq!(outcome.total_replays, 0);
+    assert_eq!(events(&outcome.trace), [(1, 4), (3, 12), (7, 4), (9, 0)]);
+    // One byte less is over the budget, at the keep of y.
+    assert_eq!(
+        simulate(&view, &schedule, 11),
+        Err(Error::OverBudget {
+            index: 3,
+            held_bytes: 12,
+            budget_bytes: 11
+        })
+    );
+    // Today's engine with every value kept keeps each value when its first reader is
+    // recorded and drops it after its last read.
+    let engine = from_decisions(&view);
+    assert_eq!(
+        engine.actions(),
+        [
+            Compute(0),
+            Compute(1),
+            Keep(1),
+            Compute(2),
+            Keep(0),
+            Step(2),
+            Free(0),
+            Step(1),
+            Free(1),
+            Step(0),
+        ]
+    );
+    let outcome = simulate(&view, &engine, 12).unwrap();
+    assert_eq!(events(&outcome.trace), [(2, 8), (4, 12), (6, 8), (8, 0)]);
+}
+
+#[test]
+fn a_replay_takes_its_last_read_input_before_its_output_arrives() {
+    let view = small();
+    // Keep only x; rebuild y for the first step that reads it.
+    let schedule = Schedule::new(vec![
+        Compute(0),
+        Keep(0),
+        Compute(1),
+        Compute(2),
+        Replay(1),
+        Step(2),
+        Step(1),
+        Free(1),
+        Step(0),
+        Free(0),
+    ]);
+    let outcome = simulate(&view, &schedule, 12).unwrap();
+    assert_eq!(outcome.peak_bytes, 12);
+    assert_eq!(outcome.forward_peak_bytes, 4);
+    assert_eq!(outcome.recompute_cost, 20.0);
+    assert_eq!(outcome.replays, [0, 1, 0]);
+
+    // A chain a -> b -> c, each 10 B, each step reading its input: rebuilding b from a while
+    // taking a holds 10 B, never 20 (the op-running exception).
+    let chain = GraphView::new(vec![
+        Node::new("a", 10, 1.0),
+        Node::new("b", 10, 1.0).inputs([0]).step_reads([0]),
+        Node::new("c", 10, 1.0).inputs([1]).step_reads([1]),
+    ])
+    .unwrap();
+    let schedule = Schedule::new(vec![
+        Compute(0),
+        Keep(0),
+        Compute(1),
+        Compute(2),
+        Replay(1),
+        Free(0),
+        Step(2),
+        Free(1),
+        Replay(0),
+        Step(1),
+        Free(0),
+        Step(0),
+    ]);
+    let outcome = simulate(&chain, &schedule, 10).unwrap();
+    assert_eq!(outcome.peak_bytes, 10);
+    assert_eq!(outcome.recompute_cost, 2.0);
+    assert_eq!(
+        events(&outcome.trace),
+        [(1, 10), (5, 0), (4, 10), (7, 0), (8, 10), (10, 0)]
+    );
+}
+
+#[test]
+fn constants_count_from_the_forward_op_to_its_step() {
+    let view = GraphView::new(vec![
+        Node::new("a", 4, 1.0).fixed_bytes(3),
+        Node::new("b", 4, 1.0)
+            .inputs([0])
+            .step_reads([0])
+            .fixed_bytes(5),
+    ])
+    .unwrap();
+    let schedule = Schedule::new(vec![
+        Compute(0),
+        Compute(1),
+        Keep(0),
+        Step(1),
+        Free(0),
+        Step(0),
+    ]);
+    let outcome = simulate(&view, &schedule, 12).unwrap();
+    assert_eq!(outcome.peak_bytes, 12);
+    assert_eq!(
+        events(&outcome.trace),
+        [(0, 3), (1, 8), (2, 12), (3, 7), (4, 3), (5, 0)]
+    );
+}
+
+fn invalid(view: &GraphView, actions: Vec<Action>) -> (usize, String) {
+    match simulate(view, &Schedule::new(actions), u64::MAX) {
+        Err(Error::InvalidAction { index, reason, .. }) => (index, reason),
+        other => panic!("expected an invalid action, got {other:?}"),
+    }
+}
+
+#[test]
+fn invalid_schedules_are_rejected_with_the_action_at_fault() {
+    let view = small();
+    // A step reads a value that is not held.
+    let (index, reason) = invalid(&view, vec![Compute(0), Compute(1), Compute(2), Step(2)]);
+    assert_eq!(index, 3);
+    assert!(reason.contains("value 1"), "{reason}");
+    // Forward ops out of order.
+    assert_eq!(invalid(&view, vec![Compute(1)]).0, 0);
+    // A replay before the forward pass ends.
+    assert_eq!(invalid(&view, vec![Compute(0), Replay(0)]).0, 1);
+    // A replay whose input is not held.
+    let (index, reason) = invalid(&view, vec![Compute(0), Compute(1), Compute(2), Replay(1)]);
+    assert_eq!(index, 3);
+    assert!(reason.contains("input 0"), "{reason}");
+    // A keep outside the forward pass.
+    assert_eq!(
+        invalid(
+            &view,
+            vec![
+                Compute(0),
+                Keep(0),
+                Compute(1),
+                Compute(2),
+                Replay(1),
+                Keep(1)
+            ]
+        )
+        .0,
+        5
+    );
+    // Steps out of order.
+    assert_eq!(
+        invalid(&view, vec![Compute(0), Compute(1), Compute(2), Step(1)]).0,
+        3
+    );
+    // A double free.
+    assert_eq!(
+        invalid(&view, vec![Compute(0), Keep(0), Free(0), Free(0)]).0,
+        3
+    );
+    // A replay after the node's step.
+    let (index, _) = invalid(
+        &view,
+        vec![
+            Compute(0),
+            Keep(0),
+            Compute(1),
+            Keep(1),
+            Compute(2),
+            Step(2),
+            Step(1),
+            Free(1),
+            Replay(1),
+        ],
+    );
+    assert_eq!(index, 8);
+    // Ending with values held.
+    let unfinished = Schedule::new(vec![
+        Compute(0),
+        Keep(0),
+        Compute(1),
+        Keep(1),
+        Compute(2),
+        Step(2),
+        Step(1),
+        Step(0),
+    ]);
+    assert!(matches!(
+        simulate(&view, &unfinished, u64::MAX),
+        Err(Error::Incomplete { .. })
+    ));
+}
+
+#[test]
+fn forced_marks_are_enforced() {
+    let keep = GraphView::new(vec![
+        Node::new("a", 4, 1.0).forced(Some(Forced::Keep)),
+        Node::new("b", 4, 1.0).inputs([0]).step_reads([0]),
+    ])
+    .unwrap();
+    // A forced-Keep value dropped before its last read.
+    let (index, reason) = invalid(&keep, vec![Compute(0), Keep(0), Free(0)]);
+    assert_eq!(index, 2);
+    assert!(reason.contains("forced to Keep"), "{reason}");
+    // ... or replayed.
+    assert_eq!(invalid(&keep, vec![Compute(0), Compute(1), Replay(0)]).0, 2);
+    let recompute = GraphView::new(vec![
+        Node::new("a", 4, 1.0).forced(Some(Forced::Recompute)),
+        Node::new("b", 4, 1.0).inputs([0]).step_reads([0]),
+    ])
+    .unwrap();
+    assert_eq!(invalid(&recompute, vec![Compute(0), Keep(0)]).0, 1);
+    // A non-replayable value cannot be rebuilt.
+    let random = GraphView::new(vec![
+        Node::new("rand", 4, 1.0).replayable(false),
+        Node::new("b", 4, 1.0).inputs([0]).step_reads([0]),
+    ])
+    .unwrap();
+    assert_eq!(
+        invalid(&random, vec![Compute(0), Compute(1), Replay(0)]).0,
+        2
+    );
+}
+
+#[test]
+fn invalid_views_are_rejected() {
+    let later_input = GraphView::new(vec![Node::new("a", 1, 1.0).inputs([0])]);
+    assert!(matches!(
+        later_input,
+        Err(Error::InvalidView { node: Some(0), .. })
+    ));
+    let bad_cost = GraphView::new(vec![Node::new("a", 1, f64::NAN)]);
+    assert!(matches!(
+        bad_cost,
+        Err(Error::InvalidView { node: Some(0), .. })
+    ));
+    let lost = GraphView::new(vec![
+        Node::new("a", 1, 1.0)
+            .replayable(false)
+            .forced(Some(Forced::Recompute)),
+    ]);
+    assert!(matches!(
+        lost,
+        Err(Error::InvalidView { node: Some(0), .. })
+    ));
+    let nodes = vec![Node::new("a", 1, 1.0), Node::new("b", 1, 1.0).inputs([0])];
+    // Producers before consumers in the step order.
+    let order = GraphView::with_step_order(nodes.clone(), vec![0, 1]);
+    assert!(matches!(
+        order,
+        Err(Error::InvalidView { node: Some(1), .. })
+    ));
+    let short = GraphView::with_step_order(nodes, vec![1]);
+    assert!(matches!(short, Err(Error::InvalidView { node: None, .. })));
+}
+
+#[test]
+fn today_s_engine_rebuilds_each_dropped_value_once_and_drops_unread_backups() {
+    // a -> b = exp(a) (Recompute, its step reads b) -> c = mul(b, a) (Recompute, reads both)
+    // -> d = sum(c) (keeps, reads nothing).
+    let view = GraphView::new(vec![
+        Node::new("a", 4, 1.0),
+        Node::new("exp", 4, 2.0)
+            .inputs([0])
+            .step_reads([1])
+            .forced(Some(Forced::Recompute)),
+        Node::new("mul", 4, 3.0)
+            .inputs([1, 0])
+            .step_reads([1, 0])
+            .forced(Some(Forced::Recompute)),
+        Node::new("sum", 4, 4.0).inputs([2]),
+    ])
+    .unwrap();
+    let schedule = from_decisions(&view);
+    assert_eq!(
+        schedule.actions(),
+        [
+            Compute(0),
+            Compute(1),
+            Keep(0),
+            Compute(2),
+            Compute(3),
+            Step(3),
+            Replay(1),
+            Step(2),
+            Free(0),
+            Step(1),
+            Free(1),
+            Step(0),
+        ]
+    );
+    // `a` is kept when `exp` (rebuilt, so its replay reads `a`) is recorded, and dropped
+    // after its last read (mul's step); `mul` itself is never needed (sum reads nothing), so
+    // it is never rebuilt.
+    let outcome = simulate(&view, &schedule, u64::MAX).unwrap();
+    assert_eq!(outcome.replays, [0, 1, 0, 0]);
+    assert_eq!(outcome.peak_bytes, 8);
+}
+
+#[test]
+fn the_schedule_index_splits_the_step_into_chunks() {
+    let view = small();
+    let schedule = from_decisions(&view);
+    let index = schedule.index();
+    // [C0, C1, K1, C2, K0, S2, F0, S1, F1, S0]
+    assert_eq!(index.forward(0), Some(0..1));
+    assert_eq!(index.forward(1), Some(1..3));
+    assert_eq!(index.forward(2), Some(3..5));
+    assert_eq!(index.forward(3), None);
+    assert_eq!(index.backward(0), Some(5..7));
+    assert_eq!(index.backward(1), Some(7..9));
+    assert_eq!(index.backward(2), Some(9..10));
+    assert_eq!(index.backward(3), None);
+}

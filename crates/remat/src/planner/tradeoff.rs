@@ -1,0 +1,117 @@
+//! The trade-off report: predicted extra compute and peak for a ladder of budgets, from the
+//! smallest feasible to keeping everything. The table users read to pick a budget.
+
+use std::fmt;
+
+use super::error::mib;
+use super::{GraphView, min_feasible_budget, plan, simulate};
+
+/// One budget of the ladder and what the planner predicts for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TradeoffRow {
+    /// The budget (bytes).
+    pub budget_bytes: u64,
+    /// The predicted most bytes held (at most the budget).
+    pub peak_bytes: u64,
+    /// The predicted cost of the replays (ns).
+    pub recompute_cost: f64,
+    /// The replays' cost as a fraction of one forward pass.
+    pub recompute_fraction: f64,
+    /// The predicted number of replays.
+    pub replays: u64,
+}
+
+/// The trade-off report for one view; `Display` prints it as a table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tradeoff {
+    /// The smallest budget the planner guarantees.
+    pub min_budget_bytes: u64,
+    /// The peak when nothing is rebuilt (the largest budget worth giving).
+    pub keep_all_bytes: u64,
+    /// The cost of one forward pass (ns).
+    pub forward_cost: f64,
+    /// One row per budget, ascending.
+    pub rows: Vec<TradeoffRow>,
+}
+
+/// The fractions of the keep-all peak on the ladder, besides its two ends.
+const LADDER: [f64; 8] = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9, 1.0];
+
+/// Plans `view` at the smallest feasible budget, at fractions of the keep-all peak above
+/// it, and at the keep-all peak.
+pub fn tradeoff(view: &GraphView) -> Tradeoff {
+    let min_budget = min_feasible_budget(view);
+    let forward_cost = view.forward_cost();
+    let keep_all = plan(view, u64::MAX)
+        .ok()
+        .and_then(|s| simulate(view, &s, u64::MAX).ok())
+        .map_or(0, |o| o.peak_bytes);
+    let mut budgets: Vec<u64> = vec![min_budget];
+    budgets.extend(
+        LADDER
+            .iter()
+            .map(|f| (keep_all as f64 * f).round() as u64)
+            .filter(|&b| b > min_budget),
+    );
+    budgets.sort_unstable();
+    budgets.dedup();
+    let rows = budgets
+        .into_iter()
+        .filter_map(|budget| {
+            let schedule = plan(view, budget).ok()?;
+            let outcome = simulate(view, &schedule, budget).ok()?;
+            Some(TradeoffRow {
+                budget_bytes: budget,
+                peak_bytes: outcome.peak_bytes,
+                recompute_cost: outcome.recompute_cost,
+                recompute_fraction: if forward_cost > 0.0 {
+                    outcome.recompute_cost / forward_cost
+                } else {
+                    0.0
+                },
+                replays: outcome.total_replays,
+            })
+        })
+        .collect();
+    Tradeoff {
+        min_budget_bytes: min_budget,
+        keep_all_bytes: keep_all,
+        forward_cost,
+        rows,
+    }
+}
+
+impl fmt::Display for Tradeoff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "budget trade-off: keep-all peak {}, smallest budget {}, forward {:.3} ms",
+            mib(self.keep_all_bytes),
+            mib(self.min_budget_bytes),
+            self.forward_cost / 1e6
+        )?;
+        writeln!(
+            f,
+            "{:>14} {:>14} {:>8} {:>14} {:>10} {:>9}",
+            "budget", "peak", "of all", "extra compute", "of fwd", "replays"
+        )?;
+        for row in &self.rows {
+            let share = if self.keep_all_bytes > 0 {
+                100.0 * row.budget_bytes as f64 / self.keep_all_bytes as f64
+            } else {
+                100.0
+            };
+            writeln!(
+                f,
+                "{:>14} {:>14} {:>7.0}% {:>11.3} ms {:>9.1}% {:>9}",
+                mib(row.budget_bytes),
+                mib(row.peak_bytes),
+                share,
+                row.recompute_cost / 1e6,
+                100.0 * row.recompute_fraction,
+                row.replays
+            )?;
+        }
+        Ok(())
+    }
+}

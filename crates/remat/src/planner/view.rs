@@ -1,0 +1,273 @@
+//! The planner's view of one training step's graph: what each recorded op produces, what its
+//! replay and its backward step read, and what the policies decided. No tensor, no backend.
+//!
+//! # Invariants
+//! A [`GraphView`] is checked when it is built and cannot be changed afterwards:
+//! - nodes are in recording order: every `inputs[i]` and every `step_reads[i]` other than `i`
+//!   itself names an earlier node;
+//! - `cost` is finite and not negative;
+//! - a node forced to [`Forced::Recompute`] is replayable;
+//! - `step_order` lists every node once, consumers before producers (for every edge
+//!   `u -> w`, through `inputs` or `step_reads`, `w` steps before `u`).
+
+use std::fmt;
+
+use super::Error;
+
+/// A decision about a node made before the planner runs (by a policy or a region); the planner
+/// must respect it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Forced {
+    /// The value is kept from the forward pass until its last backward read, never rebuilt.
+    Keep,
+    /// The value is not kept in the forward pass: when backward reads it, it is rebuilt.
+    Recompute,
+}
+
+/// One recorded op: its output value and what reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The op's name, e.g. `"matmul"`.
+    pub name: &'static str,
+    /// Size of the op's output in bytes.
+    pub bytes: u64,
+    /// Cost of running the op forward once, in nanoseconds (estimated from its cost class,
+    /// later measured). A replay costs this much.
+    pub cost: f64,
+    /// The earlier nodes whose values a replay of this op reads. Leaves and untracked
+    /// constants are not nodes: they are always available.
+    pub inputs: Vec<u32>,
+    /// Whether the op can be replayed bit-identically. False for random ops, custom ops
+    /// without a retro-forward, transfers: once dropped, such a value is gone.
+    pub replayable: bool,
+    /// The node values this node's backward step reads, in the order it reads them: some of
+    /// its inputs, other earlier nodes it saved (custom ops), and/or itself.
+    pub step_reads: Vec<u32>,
+    /// Bytes of constants held on this node's edges, counted from the node's recording until
+    /// its step runs, whatever the schedule.
+    pub fixed_bytes: u64,
+    /// A decision the planner must respect; `None`: the planner decides.
+    pub forced: Option<Forced>,
+}
+
+impl Node {
+    /// A replayable op with no inputs, no step reads, no constants, and no forced decision.
+    pub fn new(name: &'static str, bytes: u64, cost: f64) -> Self {
+        Self {
+            name,
+            bytes,
+            cost,
+            inputs: Vec::new(),
+            replayable: true,
+            step_reads: Vec::new(),
+            fixed_bytes: 0,
+            forced: None,
+        }
+    }
+
+    /// Sets the nodes a replay reads.
+    pub fn inputs(mut self, inputs: impl Into<Vec<u32>>) -> Self {
+        self.inputs = inputs.into();
+        self
+    }
+
+    /// Sets the node values the backward step reads.
+    pub fn step_reads(mut self, reads: impl Into<Vec<u32>>) -> Self {
+        self.step_reads = reads.into();
+        self
+    }
+
+    /// Sets whether the op can be replayed.
+    pub fn replayable(mut self, replayable: bool) -> Self {
+        self.replayable = replayable;
+        self
+    }
+
+    /// Sets the constant bytes held on the node's edges.
+    pub fn fixed_bytes(mut self, bytes: u64) -> Self {
+        self.fixed_bytes = bytes;
+        self
+    }
+
+    /// Sets a forced decision.
+    pub fn forced(mut self, forced: Option<Forced>) -> Self {
+        self.forced = forced;
+        self
+    }
+}
+
+/// A recorded training step as the planner sees it: nodes in recording order and the order
+/// of the backward steps. See the module docs of [`planner`](super) for the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphView {
+    // INVARIANT: checked by `check` (see the module docs).
+    nodes: Vec<Node>,
+    step_order: Vec<u32>,
+}
+
+impl GraphView {
+    /// A view whose backward steps run in reverse recording order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidView`] when a node breaks the rules in the module docs.
+    pub fn new(nodes: Vec<Node>) -> Result<Self, Error> {
+        let n = u32::try_from(nodes.len()).map_err(|_| Error::InvalidView {
+            node: None,
+            reason: "more than u32::MAX nodes".into(),
+        })?;
+        let step_order = (0..n).rev().collect();
+        Self::with_step_order(nodes, step_order)
+    }
+
+    /// A view whose backward steps run in `step_order` (consumers before producers).
+    ///
+    /// # Errors
+    /// [`Error::InvalidView`] when a node or the order breaks the rules in the module docs.
+    pub fn with_step_order(nodes: Vec<Node>, step_order: Vec<u32>) -> Result<Self, Error> {
+        let view = Self { nodes, step_order };
+        view.check()?;
+        Ok(view)
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        let n = self.nodes.len();
+        let invalid = |node: usize, reason: String| Error::InvalidView {
+            node: Some(node as u32),
+            reason,
+        };
+        if u32::try_from(n).is_err() {
+            return Err(Error::InvalidView {
+                node: None,
+                reason: "more than u32::MAX nodes".into(),
+            });
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(&u) = node.inputs.iter().find(|&&u| u as usize >= i) {
+                return Err(invalid(
+                    i,
+                    format!("input {u} is not an earlier node (nodes must be in recording order)"),
+                ));
+            }
+            if let Some(&u) = node.step_reads.iter().find(|&&u| u as usize > i) {
+                return Err(invalid(i, format!("its step reads node {u}, a later node")));
+            }
+            if !node.cost.is_finite() || node.cost < 0.0 {
+                return Err(invalid(
+                    i,
+                    format!("cost {} is not a finite cost >= 0", node.cost),
+                ));
+            }
+            if node.forced == Some(Forced::Recompute) && !node.replayable {
+                return Err(invalid(
+                    i,
+                    "it is forced to Recompute but cannot be replayed".into(),
+                ));
+            }
+        }
+        if self.step_order.len() != n {
+            return Err(Error::InvalidView {
+                node: None,
+                reason: format!(
+                    "the step order lists {} steps for {n} nodes",
+                    self.step_order.len()
+                ),
+            });
+        }
+        let mut position = vec![u32::MAX; n];
+        for (p, &s) in self.step_order.iter().enumerate() {
+            let slot = position
+                .get_mut(s as usize)
+                .ok_or_else(|| Error::InvalidView {
+                    node: None,
+                    reason: format!("the step order names node {s}, which does not exist"),
+                })?;
+            if *slot != u32::MAX {
+                return Err(invalid(
+                    s as usize,
+                    "it appears twice in the step order".into(),
+                ));
+            }
+            *slot = p as u32;
+        }
+        for (w, node) in self.nodes.iter().enumerate() {
+            let producers = node.inputs.iter().chain(&node.step_reads);
+            if let Some(&u) = producers
+                .filter(|&&u| u as usize != w)
+                .find(|&&u| position[u as usize] < position[w])
+            {
+                return Err(invalid(
+                    w,
+                    format!("it reads node {u} but steps after it (consumers step first)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes, in recording order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Node `i`.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn node(&self, i: u32) -> &Node {
+        &self.nodes[i as usize]
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the view has no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The order of the backward steps.
+    pub fn step_order(&self) -> &[u32] {
+        &self.step_order
+    }
+
+    /// The cost of one forward pass: the sum of the nodes' costs.
+    pub fn forward_cost(&self) -> f64 {
+        self.nodes.iter().map(|n| n.cost).sum()
+    }
+
+    /// Whether value `i` may be dropped and rebuilt: its op replays and no decision keeps it.
+    pub fn rebuildable(&self, i: u32) -> bool {
+        rebuildable(self.node(i))
+    }
+}
+
+/// Whether a node's value may be dropped and rebuilt.
+pub(crate) fn rebuildable(node: &Node) -> bool {
+    node.replayable && node.forced != Some(Forced::Keep)
+}
+
+impl fmt::Display for GraphView {
+    /// One line per node: index, name, bytes, cost, inputs, step reads and marks.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, n) in self.nodes.iter().enumerate() {
+            write!(
+                f,
+                "{i:>5} {:<16} {:>12} B {:>10.0} ns in {:?} reads {:?}",
+                n.name, n.bytes, n.cost, n.inputs, n.step_reads
+            )?;
+            if !n.replayable {
+                f.write_str(" not-replayable")?;
+            }
+            if n.fixed_bytes > 0 {
+                write!(f, " fixed {} B", n.fixed_bytes)?;
+            }
+            if let Some(forced) = n.forced {
+                write!(f, " forced {forced:?}")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
