@@ -312,7 +312,10 @@ fn saved_values_lists_what_is_kept_and_why() {
         (saved.kept_bytes(), saved.leaf_bytes()),
         (stats.live_bytes, stats.leaf_bytes)
     );
-    assert!(table.ends_with("2 values: kept 24 B, leaves held 24 B"), "{table}");
+    assert!(
+        table.ends_with("2 values: kept 24 B, leaves held 24 B"),
+        "{table}"
+    );
     assert!(stats.to_string().starts_with("kept now: 24 B"), "{stats}");
     drop(y);
     assert!(remat::saved_values().0.is_empty());
