@@ -7,7 +7,10 @@
 #      references of step 1 (required here: a missing reference is a failure, not a skip);
 #   4. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
 #      projects, the newest Burn 0.22.x and one pinned to 0.22.0 with an old lock, must
-#      resolve burn-autodiff to this repository and train on remat.
+#      resolve burn-autodiff to this repository and train on remat;
+#   5. lints: rustfmt (every workspace, first: it takes seconds), clippy with warnings as
+#      errors (the main and oracle workspaces, every target), rustdoc with warnings as errors
+#      (the published crates).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -34,6 +37,12 @@ elapsed() {
 step "disk before the build"
 df -h "$CARGO_TARGET_DIR" 2>/dev/null || df -h .
 
+step "rustfmt --check (main, oracle, bench)"
+for manifest in Cargo.toml oracle/Cargo.toml bench/Cargo.toml; do
+    cargo fmt --manifest-path "$manifest" --all -- --check \
+        || fail "cargo fmt --manifest-path $manifest --all (run it and commit)"
+done
+
 start=$SECONDS
 step "oracle: reference values from Burn's own autodiff -> $REMAT_ORACLE_DIR"
 rm -rf "$REMAT_ORACLE_DIR"
@@ -55,6 +64,15 @@ elapsed "$start"
 start=$SECONDS
 step "fresh Burn projects set up as README.md says (newest 0.22.x; =0.22.0 with an old lock)"
 ./scripts/fresh-projects.sh || fail "the fresh-project check (scripts/fresh-projects.sh)"
+elapsed "$start"
+
+start=$SECONDS
+step "clippy -D warnings (main and oracle workspaces, all targets); rustdoc -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings || fail "cargo clippy (main workspace)"
+cargo clippy --manifest-path oracle/Cargo.toml --all-targets -- -D warnings \
+    || fail "cargo clippy (oracle workspace)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p remat -p burn-autodiff \
+    || fail "cargo doc (remat, burn-autodiff)"
 elapsed "$start"
 
 step "disk after the build"

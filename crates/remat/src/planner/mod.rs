@@ -26,7 +26,7 @@
 //! output arrives, as the engine hands a value over at its last read.
 //!
 //! **Rebuildable** values are replayable and not forced to Keep. The others are *pinned*:
-//! kept from the forward op that first needs them until nothing can need them (NOTE [need]
+//! kept from the forward op that first needs them until nothing can need them (NOTE \[need\]
 //! in `analysis.rs`).
 //!
 //! # What is here
