@@ -7,7 +7,7 @@
 //! fewest forward evaluations that reverse `l` steps are
 //! `t(l, s) = r l - C(s + r, r - 1)`, where `r` is the smallest integer with
 //! `C(s + r, s) >= l`; here the first forward pass is free, so a plan replays
-//! `t(n, s) - (n - 1)` values. [`replays`] gives that count; [`schedule`] builds a schedule
+//! `t(n, s) - (n - 1)` values. [`replays`] gives that count; `schedule` (the planner's) builds a schedule
 //! that reaches it, splitting each sub-chain where `t`'s recursion is smallest (the split
 //! cost is convex in the split point, so a binary search finds it).
 //!
