@@ -34,6 +34,38 @@ impl Dtr {
         }
     }
 
+    /// Continues a step that another plan started: `prefix` lists the ops recorded so far
+    /// (indices `0..prefix.len()`), `held` the values remat holds now. The engine uses it
+    /// when a step's graph departs from a cached plan's: it switches to online eviction
+    /// from that op on. Nothing is returned for the prefix: its actions were carried out.
+    ///
+    /// # Errors
+    /// [`Error::InvalidView`] for a prefix node that reads a later node or a `held` index
+    /// out of range; [`Error::Infeasible`] (a lower bound) when what is held already passes
+    /// the budget.
+    pub fn resume(budget_bytes: u64, prefix: Vec<Node>, held: &[u32]) -> Result<Self, Error> {
+        if let Some(&v) = held.iter().find(|&&v| v as usize >= prefix.len()) {
+            return Err(Error::InvalidView {
+                node: Some(v),
+                reason: "a held value that the prefix does not record".into(),
+            });
+        }
+        let mut exec = Exec::online(Strategy::Dtr, budget_bytes);
+        for (j, node) in prefix.into_iter().enumerate() {
+            exec.adopt(node, held.contains(&(j as u32)))?;
+        }
+        exec.settle_lost();
+        if exec.held_bytes() > budget_bytes {
+            return Err(Error::Infeasible {
+                budget_bytes,
+                min_budget_bytes: exec.held_bytes(),
+                lower_bound: true,
+            });
+        }
+        let mark = exec.actions().len();
+        Ok(Self { exec, mark })
+    }
+
     /// Records the next op (its index is the number of ops recorded before) and runs it
     /// forward. Returns the actions to carry out now: `Compute` of the op, then the values to
     /// keep and to evict.

@@ -43,8 +43,8 @@ pub enum Error {
         budget_bytes: u64,
         /// The smallest budget the planner guarantees for this graph
         /// ([`min_feasible_budget`](super::min_feasible_budget)); when `lower_bound` is true,
-        /// only the part of the graph recorded so far is known, and this is the least the
-        /// graph needs.
+        /// only the part of the graph recorded so far is known, and this is the least it
+        /// needs.
         min_budget_bytes: u64,
         /// Whether `min_budget_bytes` is only a lower bound (online planning in the forward
         /// pass, before the whole graph is known).
@@ -83,9 +83,9 @@ impl fmt::Display for Error {
                 lower_bound: false,
             } => write!(
                 f,
-                "a budget of {budget_bytes} bytes ({}) is too small for this graph: the \
-                 smallest budget remat can meet is {min_budget_bytes} bytes ({}); pass at least \
-                 that to `Policy::Budget`, or keep fewer values alive at once (smaller batch)",
+                "a budget of {budget_bytes} bytes ({}) is too small for this graph: remat \
+                 guarantees budgets from {min_budget_bytes} bytes ({}) up; pass at least that \
+                 to `Policy::Budget`, or keep fewer values alive at once (smaller batch)",
                 mib(*budget_bytes),
                 mib(*min_budget_bytes)
             ),

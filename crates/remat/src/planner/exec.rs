@@ -101,6 +101,9 @@ pub(crate) struct Exec<'a> {
     late_keep: bool,
     /// NOTE [pin-release]: held values pinned in place of an input that was dropped.
     pinned_now: Vec<bool>,
+    /// Values that cannot be rebuilt and were dropped by the plan a resumed run took over
+    /// from (`Dtr::resume`): their consumers are pinned instead.
+    lost: Vec<bool>,
     /// The value the sweep is about to replay, and (while its consumable inputs are
     /// scored) the consumer `distance` leaves out.
     current_replay: Option<u32>,
@@ -241,6 +244,7 @@ impl<'a> Exec<'a> {
             keep_sources: false,
             late_keep: false,
             pinned_now: Vec::new(),
+            lost: Vec::new(),
             current_replay: None,
             replaying: None,
             releases: Vec::new(),
@@ -271,10 +275,16 @@ impl<'a> Exec<'a> {
         self.candidate_pos.resize(n, NONE);
         self.read_cursor.resize(n, 0);
         self.pinned_now.resize(n, false);
+        self.lost.resize(n, false);
     }
 
     pub(crate) fn actions(&self) -> &[Action] {
         &self.out
+    }
+
+    /// The decisions recorded so far (NOTE [decisions]).
+    pub(crate) fn take_decisions(&mut self) -> Decisions {
+        std::mem::take(&mut self.decisions)
     }
 
     pub(crate) fn into_actions(self) -> Vec<Action> {
@@ -341,8 +351,8 @@ impl<'a> Exec<'a> {
 
     // ---- forward -------------------------------------------------------------------------
 
-    /// Appends `node` (online) and runs its forward op.
-    pub(crate) fn record(&mut self, node: Node) -> Result<u32, Error> {
+    /// Appends `node` (online) and counts what it needs, without running it.
+    fn append(&mut self, node: Node) -> Result<u32, Error> {
         let j = self.nodes.len();
         let invalid = |reason: String| Error::InvalidView {
             node: Some(j as u32),
@@ -378,7 +388,61 @@ impl<'a> Exec<'a> {
         if replayable_consumer {
             for_each_distinct(&node.inputs, |u| self.need[u as usize] += 1);
         }
+        Ok(j)
+    }
+
+    /// Appends `node` (online) and runs its forward op.
+    pub(crate) fn record(&mut self, node: Node) -> Result<u32, Error> {
+        let j = self.append(node)?;
         self.compute(j)?;
+        Ok(j)
+    }
+
+    /// After [`Exec::adopt`]ing a prefix: a value that cannot be rebuilt, may be needed and
+    /// is not held is *lost* for now: the plan either dropped it (NOTE [pin-release]: then
+    /// every consumer that may need it is computed, and held or kept when an op next has it
+    /// in hand) or keeps it later, when an op has it in hand (then it is kept again here,
+    /// and is no longer lost). The held values that depend on it through values not held are
+    /// pinned, and so is a value kept while one of its inputs is lost.
+    pub(crate) fn settle_lost(&mut self) {
+        let mut stack: Vec<u32> = Vec::new();
+        for u in 0..self.nodes.len() as u32 {
+            if !rebuildable(self.node(u)) && !self.held[u as usize] && self.need[u as usize] > 0 {
+                self.lost[u as usize] = true;
+                stack.push(u);
+            }
+        }
+        let mut seen = vec![false; self.nodes.len()];
+        while let Some(u) = stack.pop() {
+            for k in 0..self.consumers[u as usize].len() {
+                let w = self.consumers[u as usize][k];
+                if !rebuildable(self.node(w)) || std::mem::replace(&mut seen[w as usize], true) {
+                    continue;
+                }
+                if self.held[w as usize] {
+                    self.pinned_now[w as usize] = true;
+                    self.drop_candidate(w);
+                } else {
+                    stack.push(w);
+                }
+            }
+        }
+    }
+
+    /// Appends `node` (online) as already computed, with its value held or not, without
+    /// deciding anything: the state another plan left (see `Dtr::resume`).
+    pub(crate) fn adopt(&mut self, node: Node, held: bool) -> Result<u32, Error> {
+        let j = self.append(node)?;
+        self.computed = j + 1;
+        self.now += 1;
+        self.held_bytes += self.node(j).fixed_bytes;
+        self.peak = self.peak.max(self.held_bytes);
+        if held {
+            self.offered[j as usize] = true;
+            self.hold(j);
+        } else {
+            self.mark_evicted(j);
+        }
         Ok(j)
     }
 
@@ -432,8 +496,12 @@ impl<'a> Exec<'a> {
                 continue;
             }
             if self.pinned_now[u as usize] {
-                // Pinned in place of a value that was let go (NOTE [pin-release]).
+                // Pinned in place of a value that was let go (NOTE [pin-release]), unless
+                // nothing needs it after all.
                 self.offered[u as usize] = true;
+                if self.dead[u as usize] {
+                    continue;
+                }
                 let bytes = self.node(u).bytes;
                 if self.make_room(bytes, &[], None).is_err() {
                     return Err(self.infeasible(bytes));
@@ -461,7 +529,13 @@ impl<'a> Exec<'a> {
                 self.hold(u);
                 continue;
             }
-            let newcomer = self.rebuildable(u).then_some(u);
+            // A value whose input is lost (`settle_lost`) cannot be declined: it could not be
+            // rebuilt.
+            let input_lost = self.nodes[u as usize]
+                .inputs
+                .iter()
+                .any(|&x| self.lost[x as usize]);
+            let newcomer = (self.rebuildable(u) && !input_lost).then_some(u);
             match self.make_room(bytes, &[], newcomer) {
                 Ok(_) => {
                     self.out.push(Action::Keep(u));
@@ -502,7 +576,8 @@ impl<'a> Exec<'a> {
         if node.forced == Some(super::Forced::Recompute) || self.need[u as usize] == 0 {
             return false;
         }
-        if !rebuildable(node) {
+        if !rebuildable(node) || node.inputs.iter().any(|&x| self.lost[x as usize]) {
+            // Cannot be rebuilt (`settle_lost`: an input is lost).
             return true;
         }
         if self.strategy == Strategy::Lean {
@@ -579,11 +654,37 @@ impl<'a> Exec<'a> {
             .expect("remat internal error: analysis is set");
         self.in_backward = true;
         if !self.planned {
-            // Online, the forward pass counted what might be needed; now it is known.
+            // Online, the forward pass counted what might be needed; now it is known. A
+            // pinned value will never be rebuilt: its inputs do not count it; a lost value
+            // is never read again.
             self.need = analysis.need.clone();
+            for w in 0..self.nodes.len() {
+                if self.lost[w] {
+                    // Never read again (`settle_lost`).
+                    self.dead[w] = true;
+                }
+                let never_rebuilt = self.pinned_now[w] || self.lost[w];
+                if never_rebuilt && analysis.need[w] > 0 && rebuildable(&self.nodes[w]) {
+                    for k in 0..self.nodes[w].inputs.len() {
+                        let x = self.nodes[w].inputs[k];
+                        if !self.nodes[w].inputs[..k].contains(&x) {
+                            self.need[x as usize] -= 1;
+                        }
+                    }
+                }
+            }
         }
+        let mut dying = Vec::new();
         for v in 0..self.nodes.len() as u32 {
-            if self.need[v as usize] == 0 {
+            if self.need[v as usize] > 0 || self.dead[v as usize] {
+                continue;
+            }
+            if analysis.need[v as usize] > 0 {
+                // Needed, but only by values that will never be rebuilt: its inputs count
+                // it, so it dies the usual way.
+                dying.push(v);
+            } else {
+                // Never needed: nothing counts it.
                 self.dead[v as usize] = true;
                 if self.held[v as usize] {
                     self.out.push(Action::Free(v));
@@ -592,6 +693,7 @@ impl<'a> Exec<'a> {
                 self.unmark_evicted(v);
             }
         }
+        self.die(dying);
         for v in 0..self.nodes.len() as u32 {
             self.try_release(v);
         }
@@ -951,9 +1053,13 @@ impl<'a> Exec<'a> {
         );
         self.dead[u as usize] = true;
         self.offered[u as usize] = true;
-        self.die(crossed);
+        // Pin the frontier first: a value crossed may be the last consumer of a frontier
+        // value, which must then die pinned (its inputs counted down once, here).
         let mut dying = Vec::new();
         for w in frontier {
+            if self.dead[w as usize] {
+                continue;
+            }
             if std::mem::replace(&mut self.pinned_now[w as usize], true) {
                 // Already pinned by an earlier release: its inputs were counted down then.
                 continue;
@@ -970,6 +1076,7 @@ impl<'a> Exec<'a> {
                 }
             }
         }
+        dying.extend(crossed);
         self.die(dying);
     }
 
@@ -1018,6 +1125,17 @@ impl<'a> Exec<'a> {
             !self.held[v as usize],
             "remat internal error: {v} held twice"
         );
+        // `settle_lost`: a lost value in hand again is no longer lost; a value whose input
+        // is lost can never be rebuilt.
+        self.lost[v as usize] = false;
+        if !self.pinned_now[v as usize]
+            && self.nodes[v as usize]
+                .inputs
+                .iter()
+                .any(|&x| self.lost[x as usize])
+        {
+            self.pinned_now[v as usize] = true;
+        }
         self.held[v as usize] = true;
         self.held_bytes += self.node(v).bytes;
         self.peak = self.peak.max(self.held_bytes);
@@ -1363,6 +1481,63 @@ impl<'a> Exec<'a> {
     }
 }
 
+#[cfg(test)]
+impl Exec<'_> {
+    /// Checks the invariants of the module docs and NOTE [need] against a recount from
+    /// scratch, between events (planned runs). Returns the first that fails.
+    pub(crate) fn check_invariants(&mut self) -> Result<(), String> {
+        let view = self
+            .view
+            .clone()
+            .expect("remat internal error: a known graph");
+        let n = self.nodes.len();
+        let mut held_bytes = 0;
+        for v in 0..n {
+            if self.held[v] {
+                if self.dead[v] {
+                    return Err(format!("value {v} is dead but held"));
+                }
+                held_bytes += self.nodes[v].bytes;
+            }
+            if v < self.computed as usize && !self.stepped[v] {
+                held_bytes += self.nodes[v].fixed_bytes;
+            }
+            if self.uses[v] != 0 {
+                return Err(format!("uses[{v}] = {} between events", self.uses[v]));
+            }
+            let candidate = self.candidate_pos[v] != NONE;
+            if candidate != (self.held[v] && self.rebuildable(v as u32)) {
+                return Err(format!("value {v}: candidate {candidate}"));
+            }
+            if self.dead[v] {
+                continue;
+            }
+            let reads = view.step_order()[self.step_pos..]
+                .iter()
+                .filter(|&&s| self.nodes[s as usize].step_reads.contains(&(v as u32)))
+                .count();
+            let consumers = self.consumers[v]
+                .iter()
+                .filter(|&&w| !self.dead[w as usize] && self.rebuildable(w))
+                .count();
+            let expected = (reads + consumers) as u32;
+            if self.need[v] != expected {
+                return Err(format!(
+                    "need[{v}] = {} but {reads} reads + {consumers} consumers remain",
+                    self.need[v]
+                ));
+            }
+        }
+        if held_bytes != self.held_bytes {
+            return Err(format!("held_bytes {} != {held_bytes}", self.held_bytes));
+        }
+        if self.held_bytes > self.budget {
+            return Err(format!("held_bytes {} over the budget", self.held_bytes));
+        }
+        Ok(())
+    }
+}
+
 /// Runs a whole view under `strategy` and `budget`.
 pub(crate) fn run(
     view: &GraphView,
@@ -1406,6 +1581,6 @@ pub(crate) fn run_logged(
     }
     let cost = exec.recompute_cost();
     let work = exec.work();
-    let decisions = std::mem::take(&mut exec.decisions);
+    let decisions = exec.take_decisions();
     Ok((exec.into_actions(), cost, work, decisions))
 }

@@ -26,28 +26,35 @@
 //! output arrives, as the engine hands a value over at its last read.
 //!
 //! **Rebuildable** values are replayable and not forced to Keep. The others are *pinned*:
-//! kept from the forward op that first needs them until nothing can need them (NOTE \[need\]
-//! in `analysis.rs`).
+//! kept from a forward op that has them in hand until nothing can need them (NOTE \[need\] in
+//! `analysis.rs`), or until every value that could need them is held: those are then pinned
+//! in their place (NOTE \[pin-release\] in `exec.rs`).
 //!
 //! # What is here
 //! - [`simulate`]: the one simulator. It checks a schedule and returns the peak, the
 //!   recompute cost, the replays per node and the held-bytes trace (one entry per keep and
 //!   free event): the engine's runtime statistics are meant to match it.
-//! - [`min_feasible_budget`]: the smallest budget the planner guarantees.
-//! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget),
-//!   [`Dtr`] (online eviction, event by event, or over a whole view), [`plan`] (planned
-//!   mode, near-optimal for a known graph), [`revolve::replays`] (Revolve's optimum).
+//! - [`min_feasible_budget`]: the smallest budget the planner guarantees (NOTE
+//!   [lean-schedule] in `feasible.rs`): an upper bound on the true minimum, exact on chains.
+//! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);
+//!   [`Dtr`] (online eviction, event by event or over a whole view, and
+//!   [`Dtr::resume`] to take over a step a cached plan started); [`plan`] (planned mode for a
+//!   known, recurring graph: a portfolio of lookahead executor runs, Revolve for uniform
+//!   chains, and a bounded search over the executor's decisions); [`revolve::replays`]
+//!   (Revolve's optimum, closed form).
 //! - [`tradeoff`]: predicted extra compute and peak for a ladder of budgets.
 //! - [`signature`] and [`PlanCache`]: reuse a plan while the graph recurs.
 //!
 //! # Invariants
 //! - `planner/` never sees a tensor: it imports nothing from `graph/`, `ops/`, `backend/`,
 //!   `tensor.rs` or Burn.
-//! - Every generator's schedule passes [`simulate`]; under a budget at or above
-//!   [`min_feasible_budget`] every budgeted generator succeeds, and never holds more than the
-//!   budget.
-//! - No recursion over the graph: every walk uses an explicit stack; planning is
-//!   near-linear in the graph (bounded victim scans), Revolve is O(n + replays).
+//! - Every generator's schedule passes [`simulate`] and never holds more than its budget;
+//!   under a budget at or above [`min_feasible_budget`] every budgeted generator succeeds
+//!   (a resumed [`Dtr`] excepted: it starts from a plan's state, not the lean schedule's).
+//! - No recursion over the graph: every walk uses an explicit stack. Planning is a bounded
+//!   number of near-linear executor runs (victim scans capped): up to 8 for a graph of more
+//!   than 64 nodes (plus a search of at most 32 runs up to 512 nodes), a search of at most
+//!   512 runs below; Revolve is O(n + replays).
 
 mod analysis;
 mod cache;

@@ -139,3 +139,39 @@ pub(super) fn chain(n: u32, bytes: u64, cost: f64) -> GraphView {
         .collect();
     GraphView::new(nodes).expect("a chain is valid")
 }
+
+/// A transformer-like graph: `layers` blocks of 14 ops (attention and an MLP around two
+/// residual adds), plus an embedding and a loss. Sizes in MiB, costs in ns, roughly in the
+/// proportions of a small model.
+pub(super) fn transformer(layers: u32) -> GraphView {
+    const MIB: u64 = 1 << 20;
+    let mut nodes: Vec<Node> = vec![Node::new("embed", MIB, 1000.0)];
+    let mut push = |node: Node| {
+        nodes.push(node);
+        nodes.len() as u32 - 1
+    };
+    let mut x = 0;
+    for _ in 0..layers {
+        let op = |name, mib: u64, cost, inputs: &[u32], reads: &[u32]| {
+            Node::new(name, mib * MIB, cost)
+                .inputs(inputs.to_vec())
+                .step_reads(reads.to_vec())
+        };
+        let ln = push(op("layer_norm", 1, 300.0, &[x], &[x]));
+        let q = push(op("matmul", 1, 2000.0, &[ln], &[ln]));
+        let k = push(op("matmul", 1, 2000.0, &[ln], &[ln]));
+        let v = push(op("matmul", 1, 2000.0, &[ln], &[ln]));
+        let s = push(op("matmul", 4, 3000.0, &[q, k], &[q, k]));
+        let p = push(op("softmax", 4, 800.0, &[s], &[s]));
+        let a = push(op("matmul", 1, 3000.0, &[p, v], &[p, v]));
+        let o = push(op("matmul", 1, 2000.0, &[a], &[a]));
+        let r = push(op("add", 1, 200.0, &[x, o], &[]));
+        let ln2 = push(op("layer_norm", 1, 300.0, &[r], &[r]));
+        let h = push(op("matmul", 4, 8000.0, &[ln2], &[ln2]));
+        let g = push(op("gelu", 4, 800.0, &[h], &[h]));
+        let o2 = push(op("matmul", 1, 8000.0, &[g], &[g]));
+        x = push(op("add", 1, 200.0, &[r, o2], &[]));
+    }
+    push(Node::new("loss", 4, 100.0).inputs([x]).step_reads([x]));
+    GraphView::new(nodes).expect("a transformer view is valid")
+}
