@@ -374,6 +374,10 @@ pub struct Stats {
     pub replays: u64,
     /// Replays since the last [`reset_stats`], by op name.
     pub replays_by_op: BTreeMap<&'static str, u64>,
+    /// The [`Policy::Budget`](crate::Policy::Budget) of the training step recorded or run
+    /// last under a budget; `None` before any. Within such a step, `peak_bytes` (after a
+    /// [`reset_stats`]) never passes it.
+    pub budget: Option<u64>,
 }
 
 /// Reads the counters.
@@ -398,6 +402,7 @@ pub fn stats() -> Stats {
         bytes_by_reason,
         replays: COUNTERS.replays.load(Ordering::Relaxed),
         replays_by_op: replays_by_op(),
+        budget: crate::checkpoint::budget::last_budget(),
     }
 }
 
@@ -428,13 +433,17 @@ fn replays_by_op() -> BTreeMap<&'static str, u64> {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
+        write!(
             f,
             "kept now: {} (peak {}), leaves held: {}",
             format_bytes(self.live_bytes),
             format_bytes(self.peak_bytes),
             format_bytes(self.leaf_bytes)
         )?;
+        match self.budget {
+            Some(budget) => writeln!(f, ", budget {}", format_bytes(budget))?,
+            None => writeln!(f)?,
+        }
         for (reason, count) in &self.kept_by_reason {
             let bytes = self.bytes_by_reason.get(reason).copied().unwrap_or(0);
             writeln!(f, "  {reason:?}: {count} values, {}", format_bytes(bytes))?;

@@ -2,11 +2,14 @@
 //!
 //! - [`policy`]: run-time policies, scopes and regions (decided at record time);
 //! - [`strategy`]: Burn's type-level strategies, mapped onto policies;
+//! - `budget`: [`Policy::Budget`](policy::Policy::Budget), the engine's side of the planner
+//!   (NOTE [budget]);
 //! - `retrieve`: handing saved values to backward steps, replaying dropped ones.
 //!
 //! # Invariants
 //! - Policies never see a tensor; retrieval never decides what to keep.
 
+pub(crate) mod budget;
 pub mod policy;
 pub(crate) mod retrieve;
 pub mod strategy;

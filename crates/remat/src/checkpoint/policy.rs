@@ -132,6 +132,27 @@ pub enum Policy {
     Selective(Selector),
     /// Keep only what cannot be rebuilt: leaves, constants and outputs of random ops.
     RecomputeAll,
+    /// Hold at most this many bytes for backward at any moment of a training step, at the
+    /// least extra compute the engine finds (NOTE [budget] in `checkpoint/budget.rs`).
+    ///
+    /// The bytes are those [`stats`](crate::stats()) counts as kept (saved, rebuilt and
+    /// constant values; not leaves, which are the user's own tensors), through the forward
+    /// and the whole backward pass, rebuilt values included; the one exception is the
+    /// inputs and output of the op that is running. While the forward pass runs, values a
+    /// backward step will read are kept while they fit and evicted (the one whose rebuild
+    /// is cheapest per byte, weighted by how long it has gone unread, first: DTR's rule)
+    /// when they do not; at `backward()` the engine plans the whole pass over the recorded
+    /// graph before any step runs, and carries the plan out: which values to rebuild, when,
+    /// and which to drop again. Values that cannot be rebuilt (outputs of random ops,
+    /// transfers, custom ops without a retro-forward) are always kept.
+    ///
+    /// A budget too small for the graph panics with a message naming the smallest budget the
+    /// planner guarantees (in forward, a lower bound: the bytes that cannot be rebuilt);
+    /// [`tradeoff`](crate::tradeoff()) tabulates budgets against predicted extra compute
+    /// from one recorded step. Inside a [`checkpoint`](crate::checkpoint()) region, values
+    /// are never kept after forward; the budget decides everything else. `Budget(u64::MAX)`
+    /// keeps what [`Policy::SaveAll`] keeps.
+    Budget(u64),
 }
 
 impl Policy {
@@ -153,6 +174,7 @@ impl Policy {
             }
             Policy::Selective(selector) => Answer::Ask(selector.clone()),
             Policy::RecomputeAll => Answer::RECOMPUTE,
+            Policy::Budget(_) => Answer::RECOMPUTE,
         }
     }
 }
@@ -172,6 +194,7 @@ const KIND_SAVE_ALL: u8 = 1;
 const KIND_BALANCED: u8 = 2;
 const KIND_RECOMPUTE_ALL: u8 = 3;
 const KIND_SELECTIVE: u8 = 4;
+const KIND_BUDGET: u8 = 5;
 
 /// Sets [`PROCESS`] and [`KIND`] together.
 fn store_process(policy: Option<Policy>) {
@@ -181,6 +204,7 @@ fn store_process(policy: Option<Policy>) {
         Some(Policy::Balanced) => KIND_BALANCED,
         Some(Policy::RecomputeAll) => KIND_RECOMPUTE_ALL,
         Some(Policy::Selective(_)) => KIND_SELECTIVE,
+        Some(Policy::Budget(_)) => KIND_BUDGET,
     };
     let mut process = PROCESS
         .write()
@@ -199,8 +223,8 @@ fn process_answer(op: &OpInfo) -> Option<Answer> {
         KIND_BALANCED => Policy::Balanced,
         KIND_RECOMPUTE_ALL => Policy::RecomputeAll,
         _ => {
-            // A selector (or, racing with `set_policy`, whatever is set now): cloned out,
-            // asked after the lock is released.
+            // A selector or a budget (or, racing with `set_policy`, whatever is set now):
+            // cloned out, asked after the lock is released.
             return PROCESS
                 .read()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -293,6 +317,7 @@ impl fmt::Display for ActivePolicy {
             Policy::Balanced => "Balanced",
             Policy::Selective(_) => "Selective",
             Policy::RecomputeAll => "RecomputeAll",
+            Policy::Budget(_) => "Budget",
         };
         let why = match self.source {
             PolicySource::Region => "a checkpoint region is open on this thread",
@@ -420,6 +445,9 @@ pub(crate) struct Placement {
     /// output is kept after all when rebuilding it would keep as many new bytes (NOTE
     /// [thrifty-balanced] in `ops/rule.rs`).
     pub(crate) thrifty: bool,
+    /// The [`Policy::Budget`] the op was recorded under (an id from `budget::intern`), 0
+    /// for none. Such an op is planned by the budget (NOTE [budget]).
+    pub(crate) budget: u32,
 }
 
 /// Decides, at record time, whether an op's output is rebuilt rather than kept.
@@ -449,12 +477,20 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
             Answer::KEEP
         }
     });
+    // NOTE [budget]: every op recorded while a budget is the thread's policy (innermost
+    // scope, else process-wide) is planned by it, replayable or not; inside a region the
+    // region only forces the op to be rebuilt (a hint to the budget, not a second policy).
+    let scoped_budget = CONTEXT.with(|cx| cx.borrow().scoped.last().map(Policy::budget_bytes));
+    let budget = scoped_budget
+        .unwrap_or_else(process_budget)
+        .map_or(0, super::budget::intern);
     let (recompute, thrifty) = answer.resolve(op);
     Placement {
-        recompute,
+        recompute: recompute && replayable,
         leaf_view: false,
         region,
         thrifty,
+        budget,
     }
 }
 
@@ -483,6 +519,24 @@ impl Answer {
             Answer::Ask(selector) => (selector.decide(op) == Decision::Recompute, false),
         }
     }
+}
+
+impl Policy {
+    /// The bytes of a [`Policy::Budget`].
+    fn budget_bytes(&self) -> Option<u64> {
+        match self {
+            Policy::Budget(bytes) => Some(*bytes),
+            _ => None,
+        }
+    }
+}
+
+/// The bytes of the process-wide policy, if it is a [`Policy::Budget`].
+fn process_budget() -> Option<u64> {
+    if KIND.load(Ordering::Acquire) != KIND_BUDGET {
+        return None;
+    }
+    process_policy().and_then(|policy| policy.budget_bytes())
 }
 
 /// Whether region instance `region` is active on this thread now (0 means "no region").

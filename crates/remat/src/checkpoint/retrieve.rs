@@ -32,6 +32,17 @@ pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
     tracing::debug!(node = %node.id, op = node.name, "remat: retrieve");
     loop {
         let mut state = node.lock();
+        if state.scheduled {
+            // NOTE [budget]: a schedule holds every value a step or a replay reads, and
+            // frees it itself.
+            let Slot::Stored(kept) = &state.slot else {
+                drop(state);
+                panic!(
+                    "remat internal error: the budget's schedule reads {node:?}, which it does                      not hold"
+                );
+            };
+            return kept.get().clone();
+        }
         match state.slot {
             Slot::Stored(_) => {
                 debug_assert!(
@@ -105,6 +116,10 @@ pub(crate) fn release_input<B: Backend>(input: &Input<B>) {
 fn release_one<B: Backend>(node: &Node<B>, stack: &mut Vec<Arc<Node<B>>>) {
     let freed = {
         let mut state = node.lock();
+        if state.scheduled {
+            // A schedule frees values itself (NOTE [budget]).
+            return;
+        }
         debug_assert!(
             state.n_required > 0,
             "remat internal error: a release of {node:?} that was not planned"
@@ -178,7 +193,13 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
 /// afterwards: the node belongs to the running pass (claimed, NOTE [no-retain-graph]), so
 /// nothing else reads its op meanwhile. If the replay panics, the op is dropped on the way
 /// out and the node (consumed) is freed with its graph.
-fn replay<B: Backend>(node: &Node<B>) {
+pub(crate) fn replay<B: Backend>(node: &Node<B>) {
+    replay_then(node, &mut || {});
+}
+
+/// Like [`replay`], running `before_store` between the op's forward and the storing of its
+/// output (a schedule frees there the inputs the replay read last: NOTE [budget]).
+pub(crate) fn replay_then<B: Backend>(node: &Node<B>, before_store: &mut dyn FnMut()) {
     let (signature, op) = {
         let mut state = node.lock();
         let Slot::Evicted(signature) = &state.slot else {
@@ -199,6 +220,7 @@ fn replay<B: Backend>(node: &Node<B>) {
     let value = op.rule.forward(values);
     signature.check::<B>(&value, node.name);
     stats::on_replay(node.name);
+    before_store();
     let mut state = node.lock();
     state.op = Some(op);
     state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.name));

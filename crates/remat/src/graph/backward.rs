@@ -12,6 +12,7 @@ use burn_backend::distributed::DistributedParams;
 use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
 use super::{GraphNode, IdBuildHasher, Node, NodeId};
+use crate::checkpoint::budget;
 use crate::grads::Gradients;
 use crate::tensor::AutodiffTensor;
 
@@ -67,9 +68,31 @@ fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device)
             core::any::type_name::<B>()
         );
     }
+    // NOTE [budget] in `checkpoint/budget.rs`: a pass over nodes recorded under a budget is
+    // planned whole before any step runs (a graph that cannot fit panics here), then carried
+    // out node by node.
+    let budget = budget::pass_budget(&order).map(|budget| (budget, budget::plan_pass(&order, budget)));
     if !distributed.is_empty() {
         let params = distributed.iter().map(|(_, p)| p.clone()).collect();
         B::register_sync_parameters(device, params);
+    }
+    if let Some((budget, (plan, mut held))) = budget {
+        let mut slots: Vec<Option<Arc<dyn GraphNode>>> = order.into_iter().map(Some).collect();
+        let mut marked = distributed.iter().peekable();
+        let mut undrained = Vec::new();
+        for (i, actions) in plan.iter().enumerate() {
+            budget::carry_out(&slots, actions, &mut grads, &mut held, budget);
+            let n = slots[i].take().expect("each node is finished once");
+            if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
+                n.submit_gradient(params, &mut grads);
+            }
+            if !n.finish() {
+                undrained.push(n.describe());
+            }
+        }
+        budget::after_pass();
+        check_drained(&undrained);
+        return grads;
     }
     for n in &order {
         n.plan_reads();
@@ -92,13 +115,18 @@ fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device)
             undrained.push(n.describe());
         }
     }
+    check_drained(&undrained);
+    grads
+}
+
+/// Panics (test and debug builds) when a node kept a value or a count after its step.
+fn check_drained(undrained: &[String]) {
     if cfg!(any(feature = "export_tests", debug_assertions)) && !undrained.is_empty() {
         panic!(
             "remat internal error: the checkpointer is not drained after backward: {}",
             undrained.join(", ")
         );
     }
-    grads
 }
 
 /// NOTE [no-retain-graph]: as in Burn, a backward pass consumes the ops it runs through: their

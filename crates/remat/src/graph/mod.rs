@@ -16,7 +16,9 @@ mod backward;
 mod node;
 
 pub(crate) use backward::backward;
-pub(crate) use node::{GraphNode, Input, Kept, Node, NodeKind, OpState, Signature, Slot};
+pub(crate) use node::{
+    GraphNode, Input, Kept, Node, NodeKind, OpState, ScheduleEntry, Signature, Slot,
+};
 
 use core::sync::atomic::{AtomicU64, Ordering};
 

@@ -69,6 +69,10 @@ pub(crate) struct State<B: BackendTypes> {
     /// that every graph already recorded with the leaf holds (NOTE [distributed-backward]
     /// in `backend/distributed.rs`).
     pub(crate) distributed: Option<Box<DistributedParams>>,
+    /// Set for the nodes of a backward pass that carries out a budget's schedule (NOTE
+    /// [budget] in `checkpoint/budget.rs`): reads hand out clones and never free, and
+    /// `n_required` is unused; the schedule frees.
+    pub(crate) scheduled: bool,
 }
 
 /// What a recorded op keeps until its backward step runs.
@@ -135,6 +139,13 @@ impl<B: BackendTypes> Kept<B> {
             .expect("remat internal error: a kept value is present until it is dropped")
     }
 
+    /// The value's size in bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        let value = self.get();
+        (burn_backend::TensorMetadata::shape(value).num_elements()
+            * burn_backend::TensorMetadata::dtype(value).size()) as u64
+    }
+
     pub(crate) fn into_value(mut self) -> FloatTensor<B> {
         self.0
             .value
@@ -153,26 +164,38 @@ pub(crate) enum Slot<B: BackendTypes> {
     Evicted(Signature),
 }
 
-/// What a rebuilt value must look like: its shape and dtype, recorded in debug builds and
-/// checked after each replay (a replay that differs means a rule's forward is not the
-/// forward pass's computation). Empty in release builds.
+/// What a rebuilt value must look like: its size in bytes (for the budget's planner), and in
+/// debug builds its shape and dtype, checked after each replay (a replay that differs means a
+/// rule's forward is not the forward pass's computation). One word in release builds.
 #[derive(Clone, Debug)]
 pub(crate) struct Signature {
     #[cfg(debug_assertions)]
-    recorded: Box<(burn_std::Shape, burn_std::DType)>,
+    recorded: Box<(burn_std::Shape, burn_std::DType, u64)>,
+    #[cfg(not(debug_assertions))]
+    bytes: u64,
 }
 
 impl Signature {
     pub(crate) fn of<B: BackendTypes>(value: &FloatTensor<B>) -> Self {
+        let shape = burn_backend::TensorMetadata::shape(value);
+        let dtype = burn_backend::TensorMetadata::dtype(value);
+        let bytes = (shape.num_elements() * dtype.size()) as u64;
         #[cfg(not(debug_assertions))]
-        let _ = value;
+        let _ = (shape, dtype);
         Self {
             #[cfg(debug_assertions)]
-            recorded: Box::new((
-                burn_backend::TensorMetadata::shape(value),
-                burn_backend::TensorMetadata::dtype(value),
-            )),
+            recorded: Box::new((shape, dtype, bytes)),
+            #[cfg(not(debug_assertions))]
+            bytes,
         }
+    }
+
+    /// The value's size in bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        #[cfg(debug_assertions)]
+        return self.recorded.2;
+        #[cfg(not(debug_assertions))]
+        return self.bytes;
     }
 
     /// # Panics
@@ -185,7 +208,7 @@ impl Signature {
                 burn_backend::TensorMetadata::dtype(value),
             );
             assert!(
-                got == *self.recorded,
+                got.0 == self.recorded.0 && got.1 == self.recorded.1,
                 "remat internal error: replaying op `{op}` gave shape {:?} and dtype {:?}, but \
                  the forward pass produced {:?} and {:?}: the op's replay is not its forward",
                 got.0,
@@ -217,6 +240,7 @@ impl<B: Backend> Node<B> {
                 leaf_view: false,
                 region: 0,
                 thrifty: false,
+                budget: 0,
             },
             state: Mutex::new(State {
                 op: None,
@@ -224,6 +248,7 @@ impl<B: Backend> Node<B> {
                 slot: Slot::Unneeded,
                 n_required: 0,
                 distributed: distributed.map(Box::new),
+                scheduled: false,
             }),
         })
     }
@@ -241,6 +266,7 @@ impl<B: Backend> Node<B> {
                 slot,
                 n_required: 0,
                 distributed: None,
+                scheduled: false,
             }),
         }
     }
@@ -254,9 +280,12 @@ impl<B: Backend> Node<B> {
     }
 
     /// Whether this op node's value may be rebuilt rather than kept: its policy said so, and
-    /// the region it was recorded in (if any) is still open (NOTE [regions]).
+    /// the region it was recorded in (if any) is still open (NOTE [regions]); under a budget,
+    /// whenever the op is replayable (the budget plans region values too, NOTE [budget]).
     pub(crate) fn rebuildable(&self) -> bool {
-        self.placement.recompute && crate::checkpoint::policy::region_active(self.placement.region)
+        self.placement.recompute
+            && (self.placement.budget != 0
+                || crate::checkpoint::policy::region_active(self.placement.region))
     }
 
     /// Whether this op node's value is kept now.
@@ -367,6 +396,53 @@ pub(crate) trait GraphNode: Send + Sync {
 
     /// The inner backend of the node (a graph may span several).
     fn backend(&self) -> core::any::TypeId;
+
+    /// The budget id the node was recorded under (0: none; NOTE [budget]).
+    fn budget(&self) -> u32;
+
+    /// What the budget's planner needs to know about this op node, as it stands now; `None`
+    /// for leaves. Also marks the node as run by a schedule (reads clone, the schedule
+    /// frees).
+    fn schedule_entry(&self) -> Option<ScheduleEntry>;
+
+    /// Scheduled `Replay`: rebuilds the value from held inputs, runs `before_store` once the
+    /// op has run (the schedule frees there the inputs it read last), stores the value;
+    /// returns its bytes.
+    fn scheduled_replay(&self, before_store: &mut dyn FnMut()) -> u64;
+
+    /// Scheduled `Free` (or, in the forward pass, an eviction): drops the held value, which
+    /// stays rebuildable while the op can still be replayed; returns the bytes dropped.
+    fn scheduled_free(&self) -> u64;
+
+    /// Scheduled `Step`: runs the backward step, every read held by the schedule; returns
+    /// the bytes of constants its edges released.
+    fn scheduled_step(&self, grads: &mut Gradients) -> u64;
+
+    /// Whether a backward pass consumed the node (or it is a leaf).
+    fn is_consumed(&self) -> bool;
+
+    /// Whether the node's value is held now.
+    fn is_held(&self) -> bool;
+}
+
+/// One op node as the budget's planner sees it (see `GraphNode::schedule_entry`).
+pub(crate) struct ScheduleEntry {
+    pub(crate) id: NodeId,
+    pub(crate) name: &'static str,
+    pub(crate) cost: crate::checkpoint::policy::Cost,
+    /// Bytes of the output (0 for a view of leaves: the user's memory).
+    pub(crate) bytes: u64,
+    /// Producers whose values a replay reads.
+    pub(crate) inputs: SmallVec<[NodeId; 2]>,
+    /// Producers whose values the backward step reads (and `reads_output`).
+    pub(crate) step_reads: SmallVec<[NodeId; 2]>,
+    pub(crate) reads_output: bool,
+    /// Whether the engine can rebuild the value (inputs retained for a replay).
+    pub(crate) replayable: bool,
+    /// Bytes of constants held on the node's edges (leaves excluded).
+    pub(crate) fixed_bytes: u64,
+    /// Whether the value is held now.
+    pub(crate) held: bool,
 }
 
 impl<B: Backend> GraphNode for Node<B> {
@@ -480,8 +556,13 @@ impl<B: Backend> GraphNode for Node<B> {
 
     fn finish(&self) -> bool {
         let mut state = self.lock();
-        let drained =
-            matches!(state.slot, Slot::Unneeded) && state.n_required == 0 && state.op.is_none();
+        // A schedule leaves an evicted value behind once its last reader is done.
+        let empty = match state.slot {
+            Slot::Unneeded => true,
+            Slot::Evicted(_) => state.scheduled,
+            Slot::Stored(_) => false,
+        };
+        let drained = empty && state.n_required == 0 && state.op.is_none();
         state.slot = Slot::Unneeded;
         state.n_required = 0;
         drained || self.kind == NodeKind::Leaf
@@ -500,6 +581,114 @@ impl<B: Backend> GraphNode for Node<B> {
 
     fn backend(&self) -> core::any::TypeId {
         core::any::TypeId::of::<B>()
+    }
+
+    fn budget(&self) -> u32 {
+        self.placement.budget
+    }
+
+    fn schedule_entry(&self) -> Option<ScheduleEntry> {
+        if self.kind == NodeKind::Leaf {
+            return None;
+        }
+        let mut state = self.lock();
+        state.scheduled = true;
+        let op = state.op.as_ref()?;
+        let bytes = match &state.slot {
+            Slot::Stored(kept) => kept.bytes(),
+            Slot::Evicted(signature) => signature.bytes(),
+            Slot::Unneeded => 0,
+        };
+        let bytes = if self.placement.leaf_view { 0 } else { bytes };
+        let id_of = |input: &Input<B>| input.producer().map(|p| p.id);
+        let inputs = op.replay_inputs().filter_map(id_of).collect();
+        let step_reads = op
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| op.reads.has_input(*i))
+            .filter_map(|(_, input)| id_of(input))
+            .collect();
+        let fixed_bytes = op
+            .inputs
+            .iter()
+            .filter(|input| input.node.is_none())
+            .filter_map(|input| input.held.as_ref().map(Kept::bytes))
+            .sum();
+        // A value recorded under another policy and kept may not have its inputs retained
+        // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
+        let replayable = op.rule.replayable()
+            && self.placement.recompute
+            && (self.placement.budget != 0 || matches!(state.slot, Slot::Evicted(_)));
+        Some(ScheduleEntry {
+            id: self.id,
+            name: self.name,
+            cost: op.rule.info().cost,
+            bytes,
+            inputs,
+            step_reads,
+            reads_output: op.reads.output,
+            replayable,
+            fixed_bytes,
+            held: matches!(state.slot, Slot::Stored(_)),
+        })
+    }
+
+    fn scheduled_replay(&self, before_store: &mut dyn FnMut()) -> u64 {
+        retrieve::replay_then(self, before_store);
+        match &self.lock().slot {
+            Slot::Stored(kept) => kept.bytes(),
+            _ => 0,
+        }
+    }
+
+    fn scheduled_free(&self) -> u64 {
+        let freed = {
+            let mut state = self.lock();
+            let rebuildable = state.op.is_some() && self.rebuildable();
+            match core::mem::replace(&mut state.slot, Slot::Unneeded) {
+                Slot::Stored(kept) => {
+                    if rebuildable {
+                        state.slot = Slot::Evicted(Signature::of::<B>(kept.get()));
+                    }
+                    Some(kept)
+                }
+                other => {
+                    state.slot = other;
+                    None
+                }
+            }
+        };
+        // Freed outside the node's lock.
+        freed.map_or(0, |kept| kept.bytes())
+    }
+
+    fn scheduled_step(&self, grads: &mut Gradients) -> u64 {
+        let op = self.lock().op.take();
+        let Some(op) = op else {
+            return 0;
+        };
+        let constants = op
+            .inputs
+            .iter()
+            .filter(|input| input.node.is_none())
+            .filter_map(|input| input.held.as_ref().map(Kept::bytes))
+            .sum();
+        // No gradient reached the node: nothing to read or compute.
+        if let Some(grad) = grads.remove::<B>(self.id) {
+            let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
+            op.rule.vjp(&mut cx, grad);
+        }
+        drop(op);
+        constants
+    }
+
+    fn is_consumed(&self) -> bool {
+        self.kind == NodeKind::Leaf || self.lock().consumed
+    }
+
+    fn is_held(&self) -> bool {
+        self.is_stored()
     }
 
     fn describe(&self) -> String {

@@ -13,6 +13,7 @@ use burn_std::Shape;
 use smallvec::SmallVec;
 
 use super::common::shape_only;
+use crate::checkpoint::budget;
 use crate::checkpoint::policy::{self, OpInfo};
 use crate::checkpoint::retrieve;
 use crate::grads::Gradients;
@@ -352,6 +353,7 @@ pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
         smallvec::smallvec![edge],
         Reads::NOTHING,
         output,
+        Budgeted::default(),
     )
 }
 
@@ -413,9 +415,13 @@ fn record_impl<B: Backend, R: Rule<B>>(
 
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
+    let mut budgeted = Budgeted::default();
     for (i, input) in inputs.into_iter().enumerate() {
         let needed = reads.has_input(i) || placement.recompute;
         let (edge, primitive) = edge(input, needed, info.name);
+        if placement.budget != 0 && needed {
+            budgeted.in_hand(&edge, &primitive);
+        }
         edges.push(edge);
         values.push(primitive);
     }
@@ -425,9 +431,43 @@ fn record_impl<B: Backend, R: Rule<B>>(
             drop(values);
             output
         }
+        None if placement.budget != 0 => {
+            // Measured for the budget's planner (NOTE [budget]): a replay costs as much.
+            let start = std::time::Instant::now();
+            let output = rule.forward(values);
+            budgeted.cost_ns = Some(start.elapsed().as_nanos() as f64);
+            output
+        }
         None => rule.forward(values),
     };
-    finish_node(rule, info, placement, edges, reads, output)
+    finish_node(rule, info, placement, edges, reads, output, budgeted)
+}
+
+/// What the budget's session needs from the recording of one op (NOTE [budget] in
+/// `checkpoint/budget.rs`): the inputs' values in hand, and the measured forward time.
+struct Budgeted<B: Backend> {
+    in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+    cost_ns: Option<f64>,
+}
+
+impl<B: Backend> Default for Budgeted<B> {
+    fn default() -> Self {
+        Self {
+            in_hand: Vec::new(),
+            cost_ns: None,
+        }
+    }
+}
+
+impl<B: Backend> Budgeted<B> {
+    /// Notes the value of a needed input whose producer the budget plans.
+    fn in_hand(&mut self, edge: &Input<B>, value: &FloatTensor<B>) {
+        if let Some(producer) = edge.producer()
+            && producer.placement.budget != 0
+        {
+            self.in_hand.push((producer.clone(), value.clone()));
+        }
+    }
 }
 
 /// Bytes of a tensor's elements.
@@ -459,7 +499,8 @@ fn edge<B: Backend>(
     (Input { node, held }, primitive)
 }
 
-/// Creates the node of a recorded op from its edges and output.
+/// Creates the node of a recorded op from its edges and output; under a budget, hands it to
+/// the thread's session (NOTE [budget]).
 fn finish_node<B: Backend, R: Rule<B>>(
     rule: R,
     info: OpInfo,
@@ -467,7 +508,44 @@ fn finish_node<B: Backend, R: Rule<B>>(
     edges: SmallVec<[Input<B>; 2]>,
     reads: Reads,
     output: FloatTensor<B>,
+    budgeted: Budgeted<B>,
 ) -> AutodiffTensor<B> {
+    let recorded = (placement.budget != 0).then(|| {
+        let ids = |read: &dyn Fn(usize) -> bool| -> Vec<NodeId> {
+            edges
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| read(*i))
+                .filter_map(|(_, e)| e.producer().map(|p| p.id))
+                .collect()
+        };
+        let bytes = if placement.leaf_view {
+            0
+        } else {
+            bytes::<B>(&output) as u64
+        };
+        budget::Recorded {
+            name: info.name,
+            bytes,
+            cost_ns: budgeted
+                .cost_ns
+                .unwrap_or_else(|| budget::estimate(info.cost, bytes)),
+            replayable: placement.recompute,
+            reads_output: reads.output,
+            fixed_bytes: edges
+                .iter()
+                .filter(|e| e.node.is_none())
+                .filter_map(|e| e.held.as_ref().map(Kept::bytes))
+                .sum(),
+            inputs: if placement.recompute {
+                ids(&|i| rule.replay_input(i))
+            } else {
+                Vec::new()
+            },
+            step_reads: ids(&|i| reads.has_input(i)),
+            in_hand: budgeted.in_hand,
+        }
+    });
     let slot = if !reads.output {
         Slot::Unneeded
     } else if placement.recompute {
@@ -481,6 +559,9 @@ fn finish_node<B: Backend, R: Rule<B>>(
         reads,
     };
     let node = Arc::new(Node::op(info, placement, op, slot));
+    if let Some(recorded) = recorded {
+        budget::on_record(&node, recorded, &output);
+    }
     AutodiffTensor::tracked(output, node)
 }
 
@@ -513,14 +594,22 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
     let info = rule.info();
     let placement = policy::place(&info, rule.replayable(), balanced);
     let reads = rule.reads(tracked);
+    let mut budgeted = Budgeted::default();
     let edges = inputs
         .into_iter()
         .enumerate()
-        .map(|(i, input)| match input {
-            CustomInput::Parent(node) => Input { node, held: None },
-            CustomInput::Read(tensor) => edge(tensor, reads.has_input(i), info.name).0,
-            CustomInput::Replay(tensor) => edge(tensor, placement.recompute, info.name).0,
+        .map(|(i, input)| {
+            let (tensor, needed) = match input {
+                CustomInput::Parent(node) => return Input { node, held: None },
+                CustomInput::Read(tensor) => (tensor, reads.has_input(i)),
+                CustomInput::Replay(tensor) => (tensor, placement.recompute),
+            };
+            let (edge, value) = edge(tensor, needed, info.name);
+            if placement.budget != 0 && needed {
+                budgeted.in_hand(&edge, &value);
+            }
+            edge
         })
         .collect();
-    finish_node(rule, info, placement, edges, reads, output)
+    finish_node(rule, info, placement, edges, reads, output, budgeted)
 }

@@ -1,0 +1,551 @@
+//! [`Policy::Budget`](super::policy::Policy::Budget): the engine's side of the planner.
+//!
+//! NOTE [budget]: the bytes remat holds for a training step recorded under a budget (saved,
+//! rebuilt and constant values; leaves are the user's) never pass the budget, in the forward
+//! pass or in backward. The planner (`crate::planner`, which never sees a tensor) decides;
+//! this module tells it what happens and carries out what it says.
+//! - **Forward** (online, DTR): every op recorded under a budget on a thread is fed to that
+//!   thread's [`Session`], a [`Dtr`] over the ops recorded so far. The op's inputs that a
+//!   step or a replay reads are marked needed (rebuildable ones evicted, the rest kept, as
+//!   `require_value` does); the planner's `Keep`s then store the values it keeps (they are
+//!   in hand: the op's inputs and output) and its `Free`s evict earlier values. Every input a
+//!   replay reads is retained, so any value it kept may be evicted later.
+//! - **Backward** (planned before any step runs): the pass builds a
+//!   [`GraphView`](crate::planner::GraphView) of the nodes it claimed, as they stand (held
+//!   or not, bytes, measured forward times, what each replay and step reads), resumes a
+//!   [`Dtr`] on it, and collects the whole pass's actions: a budget the graph cannot fit
+//!   panics before any step runs, naming the smallest budget that works. The pass then
+//!   carries the actions out: `Replay` rebuilds a value from held inputs, `Free` drops one
+//!   (still rebuildable while its op can replay), `Step` runs a backward step whose reads
+//!   the schedule holds. The nodes are marked `scheduled`: reads hand out clones and never
+//!   free, so a value lives exactly as long as the schedule says. In debug builds (and with
+//!   `export_tests`) the held bytes, counted from the values themselves, are checked
+//!   against the budget before every op.
+//! - After a pass, the view (with measured op times) is kept for [`tradeoff`], and the
+//!   thread's session forgets consumed nodes.
+//!
+//! Recorded nodes are listed by the session in recording order; a backward view orders its
+//! nodes by id, which is the recording order (ids are minted as ops are recorded).
+//!
+//! # Invariants
+//! - Neither the session nor a schedule runs user code under a borrow of the session: the
+//!   actions are computed under the borrow and carried out after it is released.
+//! - The session's memory is bounded by the live graph: nodes that died or were consumed are
+//!   dropped from it when it doubles (and after every backward pass).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use burn_backend::Backend;
+use burn_backend::tensor::FloatTensor;
+
+use crate::checkpoint::policy::Cost;
+use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, ScheduleEntry, Slot};
+use crate::planner::{self, Action, Dtr, GraphView, Tradeoff};
+use crate::stats::KeepReason;
+
+/// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
+static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// The budget of the step recorded last (for [`Stats`](crate::Stats)); 0 before any.
+static LAST_BUDGET: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last budget interned on this thread, to skip the lock per recorded op.
+    static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
+    static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
+}
+
+/// The id of budget `bytes` (never 0).
+pub(crate) fn intern(bytes: u64) -> u32 {
+    let (last, id) = LAST_INTERNED.with(|c| c.get());
+    if id != 0 && last == bytes {
+        return id;
+    }
+    let mut budgets = BUDGETS.lock().unwrap_or_else(|p| p.into_inner());
+    let id = match budgets.iter().position(|&b| b == bytes) {
+        Some(i) => i as u32 + 1,
+        None => {
+            budgets.push(bytes);
+            budgets.len() as u32
+        }
+    };
+    drop(budgets);
+    LAST_INTERNED.with(|c| c.set((bytes, id)));
+    id
+}
+
+/// The bytes of budget `id`.
+fn bytes_of(id: u32) -> u64 {
+    BUDGETS.lock().unwrap_or_else(|p| p.into_inner())[id as usize - 1]
+}
+
+/// The budget of the step recorded last, if one was.
+pub(crate) fn last_budget() -> Option<u64> {
+    match LAST_BUDGET.load(Ordering::Relaxed) {
+        0 => None,
+        bytes => Some(bytes),
+    }
+}
+
+/// A forward-time estimate of an op's cost (ns) before it is measured: a fixed launch cost
+/// plus a rate per output byte by cost class.
+pub(crate) fn estimate(cost: Cost, bytes: u64) -> f64 {
+    let per_byte = match cost {
+        Cost::Alias => 0.0,
+        Cost::Cheap | Cost::Random => 0.25,
+        Cost::Compute => 2.0,
+    };
+    200.0 + per_byte * bytes as f64
+}
+
+/// The ops recorded under a budget on one thread (see NOTE [budget]).
+struct Session {
+    budget_id: u32,
+    budget: u64,
+    dtr: Dtr,
+    /// Recorded nodes, by session index.
+    handles: Vec<Weak<dyn GraphNode>>,
+    /// The planner's node of each index (for compaction and measured costs).
+    nodes: Vec<planner::Node>,
+    ids: Vec<NodeId>,
+    index: HashMap<NodeId, u32, IdBuildHasher>,
+    /// Compact when this many nodes are listed.
+    compact_at: usize,
+}
+
+impl Session {
+    fn new(budget_id: u32) -> Self {
+        let budget = bytes_of(budget_id);
+        LAST_BUDGET.store(budget, Ordering::Relaxed);
+        Self {
+            budget_id,
+            budget,
+            dtr: Dtr::new(budget),
+            handles: Vec::new(),
+            nodes: Vec::new(),
+            ids: Vec::new(),
+            index: HashMap::default(),
+            compact_at: 1024,
+        }
+    }
+
+    /// Forgets nodes that died or were consumed; the live ones are taken over by a resumed
+    /// [`Dtr`] (under `budget_id`, which may be a new budget). Linear in the session.
+    fn compact(&mut self, budget_id: u32) {
+        let live: Vec<(usize, Arc<dyn GraphNode>)> = self
+            .handles
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| h.upgrade().map(|n| (i, n)))
+            .filter(|(_, n)| !n.is_consumed())
+            .collect();
+        let mut fresh = Session::new(budget_id);
+        fresh.compact_at = (2 * live.len()).max(1024);
+        if live.is_empty() {
+            *self = fresh;
+            return;
+        }
+        let mut remap = vec![u32::MAX; self.nodes.len()];
+        for (new, (old, _)) in live.iter().enumerate() {
+            remap[*old] = new as u32;
+        }
+        let keep = |list: &[u32]| -> Vec<u32> {
+            list.iter()
+                .map(|&v| remap[v as usize])
+                .filter(|&v| v != u32::MAX)
+                .collect()
+        };
+        let mut prefix = Vec::with_capacity(live.len());
+        let mut held = Vec::new();
+        for (new, (old, node)) in live.iter().enumerate() {
+            let mut entry = self.nodes[*old].clone();
+            entry.inputs = keep(&entry.inputs);
+            entry.step_reads = keep(&entry.step_reads);
+            prefix.push(entry);
+            if node.is_held() {
+                held.push(new as u32);
+            }
+            fresh.handles.push(Arc::downgrade(node));
+            fresh.ids.push(self.ids[*old]);
+            fresh.index.insert(self.ids[*old], new as u32);
+        }
+        fresh.dtr = match Dtr::resume(fresh.budget, prefix.clone(), &held) {
+            Ok(dtr) => dtr,
+            Err(_) => {
+                // The live graphs hold more than the (new) budget: evict what can be rebuilt
+                // and take over from there.
+                let mut pinned = Vec::new();
+                for &v in &held {
+                    let node = &live[v as usize].1;
+                    node.scheduled_free();
+                    if node.is_held() {
+                        pinned.push(v);
+                    }
+                }
+                Dtr::resume(fresh.budget, prefix.clone(), &pinned).unwrap_or_else(|e| {
+                    panic!(
+                        "remat: Policy::Budget({}) is too small for the graphs still alive on \
+                         this thread: {e}. Run backward on (or drop) the graphs recorded \
+                         under the previous budget first, or give a larger budget.",
+                        fresh.budget
+                    )
+                })
+            }
+        };
+        fresh.nodes = prefix;
+        *self = fresh;
+    }
+}
+
+/// What an op recorded under a budget reads and produces, before its node exists.
+pub(crate) struct Recorded<B: Backend> {
+    pub(crate) name: &'static str,
+    pub(crate) bytes: u64,
+    pub(crate) cost_ns: f64,
+    pub(crate) replayable: bool,
+    pub(crate) reads_output: bool,
+    pub(crate) fixed_bytes: u64,
+    /// Producers a replay reads.
+    pub(crate) inputs: Vec<NodeId>,
+    /// Producers the backward step reads.
+    pub(crate) step_reads: Vec<NodeId>,
+    /// Producers whose value this op has in hand (they may be kept now).
+    pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+}
+
+/// What to carry out after the planner answered, outside the session's borrow.
+enum Apply {
+    KeepOutput,
+    KeepInput(NodeId),
+    Evict(Weak<dyn GraphNode>),
+}
+
+/// Feeds a newly recorded op to this thread's session and carries out the planner's answer
+/// (NOTE [budget]). `node` was recorded with `output`.
+///
+/// # Panics
+/// When values that cannot be rebuilt no longer fit the budget.
+pub(crate) fn on_record<B: Backend>(
+    node: &Arc<Node<B>>,
+    recorded: Recorded<B>,
+    output: &FloatTensor<B>,
+) {
+    let budget_id = node.placement.budget;
+    let id = node.id;
+    let handle: Weak<dyn GraphNode> = Arc::downgrade(&(node.clone() as Arc<dyn GraphNode>));
+    let Recorded {
+        name,
+        bytes,
+        cost_ns,
+        replayable,
+        reads_output,
+        fixed_bytes,
+        inputs,
+        step_reads,
+        in_hand,
+    } = recorded;
+    let answer = SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let session = cell.get_or_insert_with(|| Session::new(budget_id));
+        if session.budget_id != budget_id || session.handles.len() >= session.compact_at {
+            session.compact(budget_id);
+        }
+        let map = |ids: &[NodeId]| -> Vec<u32> {
+            ids.iter()
+                .filter_map(|id| session.index.get(id).copied())
+                .collect()
+        };
+        let index = session.nodes.len() as u32;
+        let mut reads = map(&step_reads);
+        if reads_output {
+            reads.push(index);
+        }
+        let entry = planner::Node::new(name, bytes, cost_ns)
+            .inputs(map(&inputs))
+            .step_reads(reads)
+            .replayable(replayable)
+            .fixed_bytes(fixed_bytes);
+        session.nodes.push(entry.clone());
+        session.handles.push(handle);
+        session.ids.push(id);
+        session.index.insert(id, index);
+        match session.dtr.on_compute(entry) {
+            Ok(actions) => Ok(actions
+                .iter()
+                .filter_map(|action| match *action {
+                    Action::Keep(v) if v == index => Some(Apply::KeepOutput),
+                    Action::Keep(v) => Some(Apply::KeepInput(session.ids[v as usize])),
+                    Action::Free(v) => Some(Apply::Evict(session.handles[v as usize].clone())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()),
+            Err(error) => {
+                let budget = session.budget;
+                *cell = None;
+                Err((budget, error))
+            }
+        }
+    });
+    let actions = match answer {
+        Ok(actions) => actions,
+        Err((budget, error)) => too_small(budget, &error, Some(name)),
+    };
+    // Evictions first: the held bytes never pass the budget between two actions.
+    let (evictions, keeps): (Vec<Apply>, Vec<Apply>) = actions
+        .into_iter()
+        .partition(|a| matches!(a, Apply::Evict(_)));
+    for action in evictions.into_iter().chain(keeps) {
+        match action {
+            Apply::KeepOutput => keep(node, output),
+            Apply::KeepInput(producer) => {
+                if let Some((node, value)) = in_hand.iter().find(|(n, _)| n.id == producer) {
+                    keep(node, value);
+                }
+            }
+            Apply::Evict(node) => {
+                if let Some(node) = node.upgrade() {
+                    node.scheduled_free();
+                }
+            }
+        }
+    }
+}
+
+/// Stores `value` in `node`'s slot if it waits for a rebuild.
+fn keep<B: Backend>(node: &Node<B>, value: &FloatTensor<B>) {
+    let mut state = node.lock();
+    if matches!(state.slot, Slot::Evicted(_)) {
+        let reason = if node.placement.leaf_view {
+            KeepReason::Leaf
+        } else {
+            KeepReason::Saved
+        };
+        state.slot = Slot::Stored(Kept::new(value.clone(), reason, node.name));
+    }
+}
+
+/// The user-facing panic for a budget the graph cannot fit.
+fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
+    let (min, lower) = match error {
+        planner::Error::Infeasible {
+            min_budget_bytes,
+            lower_bound,
+            ..
+        } => (*min_budget_bytes, *lower_bound),
+        other => panic!("remat internal error: the budget's planner refused a step: {other}"),
+    };
+    let at = op.map_or(String::new(), |op| format!(" (at op `{op}`, in the forward pass)"));
+    let what = if lower {
+        "needs at least"
+    } else {
+        "needs (the smallest budget the planner guarantees)"
+    };
+    panic!(
+        "remat: Policy::Budget({budget}) is too small for this training step{at}: it {what} \
+         {min} bytes ({}). Set a larger budget, e.g. remat::set_policy(remat::Policy::Budget({min})), \
+         or print remat::tradeoff() after one step under a larger budget to choose one.",
+        crate::stats::format_bytes(min)
+    )
+}
+
+/// The budget of a backward pass: the smallest of the budgets its nodes were recorded
+/// under; `None` when no node was recorded under one.
+pub(crate) fn pass_budget(order: &[Arc<dyn GraphNode>]) -> Option<u64> {
+    order
+        .iter()
+        .map(|n| n.budget())
+        .filter(|&b| b != 0)
+        .map(bytes_of)
+        .min()
+}
+
+/// The last backward pass's view under a budget, for [`tradeoff`].
+static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
+
+/// A backward pass planned and run under `budget` (NOTE [budget]): returns, for each node
+/// of `order`, the actions to carry out before finishing it (in `order`'s order; empty for
+/// leaves), and the bytes held when the pass starts.
+///
+/// # Panics
+/// When the graph cannot fit the budget, before anything ran.
+pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<Action>>, u64) {
+    let entries: Vec<(usize, ScheduleEntry)> = order
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, n)| n.schedule_entry().map(|e| (pos, e)))
+        .collect();
+    let mut by_id: Vec<usize> = (0..entries.len()).collect();
+    by_id.sort_unstable_by_key(|&k| entries[k].1.id);
+    let mut index: HashMap<NodeId, u32, IdBuildHasher> = HashMap::default();
+    for (i, &k) in by_id.iter().enumerate() {
+        index.insert(entries[k].1.id, i as u32);
+    }
+    let measured = |id: NodeId| -> Option<f64> {
+        SESSION.with(|cell| {
+            let cell = cell.borrow();
+            let session = cell.as_ref()?;
+            let i = *session.index.get(&id)?;
+            Some(session.nodes[i as usize].cost)
+        })
+    };
+    let to_index = |ids: &[NodeId]| -> Vec<u32> {
+        ids.iter()
+            .map(|id| {
+                *index.get(id).unwrap_or_else(|| {
+                    panic!("remat internal error: a producer of a pass is not in the pass")
+                })
+            })
+            .collect()
+    };
+    let mut nodes = Vec::with_capacity(by_id.len());
+    let mut held = Vec::new();
+    let mut held_bytes = 0;
+    for (i, &k) in by_id.iter().enumerate() {
+        let e = &entries[k].1;
+        let mut reads = to_index(&e.step_reads);
+        if e.reads_output {
+            reads.push(i as u32);
+        }
+        let cost = measured(e.id).unwrap_or_else(|| estimate(e.cost, e.bytes));
+        nodes.push(
+            planner::Node::new(e.name, e.bytes, cost)
+                .inputs(to_index(&e.inputs))
+                .step_reads(reads)
+                .replayable(e.replayable)
+                .fixed_bytes(e.fixed_bytes),
+        );
+        if e.held {
+            held.push(i as u32);
+            held_bytes += e.bytes;
+        }
+        held_bytes += e.fixed_bytes;
+    }
+    let step_order: Vec<u32> = entries.iter().map(|(_, e)| index[&e.id]).collect();
+    let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
+        panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
+    });
+    let infeasible = |_: planner::Error| -> ! {
+        let min = planner::min_feasible_budget(&view);
+        too_small(
+            budget,
+            &planner::Error::Infeasible {
+                budget_bytes: budget,
+                min_budget_bytes: min,
+                lower_bound: false,
+            },
+            None,
+        )
+    };
+    let mut dtr = Dtr::resume(budget, nodes, &held).unwrap_or_else(|e| infeasible(e));
+    let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
+    let begin = dtr
+        .begin_backward(step_order)
+        .unwrap_or_else(|e| infeasible(e))
+        .to_vec();
+    let mut pending = begin;
+    for (pos, _) in &entries {
+        let step = dtr.on_step().unwrap_or_else(|e| infeasible(e));
+        pending.extend_from_slice(step);
+        per_node[*pos] = core::mem::take(&mut pending);
+    }
+    // Map view indices back to positions in `order`.
+    let position: Vec<usize> = by_id.iter().map(|&k| entries[k].0).collect();
+    for actions in &mut per_node {
+        for action in actions.iter_mut() {
+            *action = match *action {
+                Action::Replay(v) => Action::Replay(position[v as usize] as u32),
+                Action::Free(v) => Action::Free(position[v as usize] as u32),
+                Action::Step(v) => Action::Step(position[v as usize] as u32),
+                Action::Keep(v) => Action::Keep(position[v as usize] as u32),
+                Action::Compute(v) => Action::Compute(position[v as usize] as u32),
+            };
+        }
+    }
+    LAST_BUDGET.store(budget, Ordering::Relaxed);
+    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(view));
+    (per_node, held_bytes)
+}
+
+/// Carries out one node's actions (positions in `order`; see [`plan_pass`]); `held` counts
+/// the bytes the schedule holds, checked against `budget` before every op in debug builds.
+pub(crate) fn carry_out(
+    order: &[Option<Arc<dyn GraphNode>>],
+    actions: &[Action],
+    grads: &mut crate::grads::Gradients,
+    held: &mut u64,
+    budget: u64,
+) {
+    let node = |v: u32| {
+        order[v as usize].as_ref().unwrap_or_else(|| {
+            panic!("remat internal error: the budget's schedule refers to a finished node")
+        })
+    };
+    let check = |held: u64| {
+        assert!(
+            !cfg!(any(debug_assertions, feature = "export_tests")) || held <= budget,
+            "remat internal error: a budget's schedule holds {held} bytes, over the budget of \
+             {budget}"
+        );
+    };
+    let mut k = 0;
+    while k < actions.len() {
+        let action = actions[k];
+        k += 1;
+        if action.is_op() {
+            // The inputs the previous op was the last to read have left (the planner's one
+            // exception is the op running).
+            check(*held);
+        }
+        // The `Free`s right after an op are the values it read last: they leave before its
+        // output arrives, as the planner counts them.
+        let frees = actions[k..]
+            .iter()
+            .take_while(|a| matches!(a, Action::Free(_)))
+            .count();
+        let free_after = |freed: &mut u64| {
+            for a in &actions[k..k + frees] {
+                *freed += node(a.node()).scheduled_free();
+            }
+        };
+        match action {
+            Action::Replay(v) => {
+                let mut freed = 0;
+                let bytes = node(v).scheduled_replay(&mut || free_after(&mut freed));
+                *held = (*held + bytes).saturating_sub(freed);
+                k += frees;
+            }
+            Action::Free(v) => *held = held.saturating_sub(node(v).scheduled_free()),
+            Action::Step(v) => *held = held.saturating_sub(node(v).scheduled_step(grads)),
+            Action::Keep(_) | Action::Compute(_) => {}
+        }
+    }
+    check(*held);
+}
+
+/// After a backward pass: the thread's session forgets consumed nodes.
+pub(crate) fn after_pass() {
+    SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if let Some(session) = cell.as_mut() {
+            let budget_id = session.budget_id;
+            session.compact(budget_id);
+        }
+    });
+}
+
+/// The trade-off between budget and extra compute for the last training step run under a
+/// [`Policy::Budget`](super::policy::Policy::Budget), predicted by the planner from the
+/// recorded graph and the op times measured in its forward pass; `Display` prints a table
+/// (budget, predicted peak, predicted extra compute and replays). `None` before any such
+/// step.
+///
+/// To pick a budget for a model: run one step under `Policy::Budget(u64::MAX)` (which keeps
+/// what [`Policy::SaveAll`](super::policy::Policy::SaveAll) keeps), print this, and set the
+/// budget whose extra compute you accept.
+pub fn tradeoff() -> Option<Tradeoff> {
+    let view = LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+    Some(planner::tradeoff(&view))
+}
