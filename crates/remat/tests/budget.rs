@@ -32,3 +32,4 @@ fn smoke() {
     }
     eprintln!("{}", remat::tradeoff().unwrap());
 }
+

@@ -56,6 +56,8 @@ thread_local! {
     /// The last budget interned on this thread, to skip the lock per recorded op.
     static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
+    /// The view of the last pass under a budget run on this thread.
+    static THREAD_VIEW: RefCell<Option<Arc<GraphView>>> = const { RefCell::new(None) };
 }
 
 /// The id of budget `bytes` (never 0).
@@ -133,8 +135,13 @@ impl Session {
     }
 
     /// Forgets nodes that died or were consumed; the live ones are taken over by a resumed
-    /// [`Dtr`] (under `budget_id`, which may be a new budget). Linear in the session.
-    fn compact(&mut self, budget_id: u32) {
+    /// [`Dtr`] (under `budget_id`, which may be a new budget), as they stand. Linear in the
+    /// session.
+    ///
+    /// # Errors
+    /// When the live values that cannot be rebuilt pass the budget (the session is then
+    /// empty).
+    fn compact(&mut self, budget_id: u32) -> Result<(), planner::Error> {
         let live: Vec<(usize, Arc<dyn GraphNode>)> = self
             .handles
             .iter()
@@ -146,7 +153,7 @@ impl Session {
         fresh.compact_at = (2 * live.len()).max(1024);
         if live.is_empty() {
             *self = fresh;
-            return;
+            return Ok(());
         }
         let mut remap = vec![u32::MAX; self.nodes.len()];
         for (new, (old, _)) in live.iter().enumerate() {
@@ -185,18 +192,18 @@ impl Session {
                         pinned.push(v);
                     }
                 }
-                Dtr::resume(fresh.budget, prefix.clone(), &pinned).unwrap_or_else(|e| {
-                    panic!(
-                        "remat: Policy::Budget({}) is too small for the graphs still alive on \
-                         this thread: {e}. Run backward on (or drop) the graphs recorded \
-                         under the previous budget first, or give a larger budget.",
-                        fresh.budget
-                    )
-                })
+                match Dtr::resume(fresh.budget, prefix.clone(), &pinned) {
+                    Ok(dtr) => dtr,
+                    Err(error) => {
+                        *self = Session::new(budget_id);
+                        return Err(error);
+                    }
+                }
             }
         };
         fresh.nodes = prefix;
         *self = fresh;
+        Ok(())
     }
 }
 
@@ -251,7 +258,11 @@ pub(crate) fn on_record<B: Backend>(
         let mut cell = cell.borrow_mut();
         let session = cell.get_or_insert_with(|| Session::new(budget_id));
         if session.budget_id != budget_id || session.handles.len() >= session.compact_at {
-            session.compact(budget_id);
+            let budget = bytes_of(budget_id);
+            if let Err(error) = session.compact(budget_id) {
+                *cell = None;
+                return Err((budget, error));
+            }
         }
         let map = |ids: &[NodeId]| -> Vec<u32> {
             ids.iter()
@@ -282,10 +293,17 @@ pub(crate) fn on_record<B: Backend>(
                     _ => None,
                 })
                 .collect::<Vec<_>>()),
-            Err(error) => {
+            Err(_) => {
+                // Graphs that died (dropped without backward) may still be counted: forget
+                // them and take over the live ones as they stand, the new op included.
                 let budget = session.budget;
-                *cell = None;
-                Err((budget, error))
+                match session.compact(budget_id) {
+                    Ok(()) => Ok(Vec::new()),
+                    Err(error) => {
+                        *cell = None;
+                        Err((budget, error))
+                    }
+                }
             }
         }
     });
@@ -427,30 +445,65 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
         panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
     });
-    let infeasible = |_: planner::Error| -> ! {
-        let min = planner::min_feasible_budget(&view);
-        too_small(
-            budget,
-            &planner::Error::Infeasible {
-                budget_bytes: budget,
-                min_budget_bytes: min,
-                lower_bound: false,
-            },
-            None,
-        )
-    };
-    let mut dtr = Dtr::resume(budget, nodes, &held).unwrap_or_else(|e| infeasible(e));
-    let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
-    let begin = dtr
-        .begin_backward(step_order)
-        .unwrap_or_else(|e| infeasible(e))
-        .to_vec();
-    let mut pending = begin;
-    for (pos, _) in &entries {
-        let step = dtr.on_step().unwrap_or_else(|e| infeasible(e));
-        pending.extend_from_slice(step);
-        per_node[*pos] = core::mem::take(&mut pending);
+    // Held values that no step and no replay of this pass reads (kept for a graph that was
+    // dropped, say) are dropped now, as every pass drops unneeded backups.
+    let mut read = vec![false; nodes.len()];
+    for node in &nodes {
+        for &v in &node.step_reads {
+            read[v as usize] = true;
+        }
+        if node.replayable {
+            for &v in &node.inputs {
+                read[v as usize] = true;
+            }
+        }
     }
+    held.retain(|&v| {
+        if read[v as usize] {
+            return true;
+        }
+        held_bytes -= order[entries[by_id[v as usize]].0].scheduled_free();
+        false
+    });
+    let attempt = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+        let mut dtr = Dtr::resume(budget, nodes.clone(), held)?;
+        let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
+        let mut pending = dtr.begin_backward(step_order.clone())?.to_vec();
+        for (pos, _) in &entries {
+            pending.extend_from_slice(dtr.on_step()?);
+            per_node[*pos] = core::mem::take(&mut pending);
+        }
+        Ok(per_node)
+    };
+    let mut per_node = match attempt(&held) {
+        Ok(per_node) => per_node,
+        Err(_) => {
+            // The forward pass left a state the backward pass cannot continue from within
+            // the budget: drop every value that can be rebuilt (the lean state, from which
+            // any budget at or above the planner's smallest one works) and plan again.
+            let mut pinned = Vec::new();
+            for &v in &held {
+                let (pos, entry) = &entries[by_id[v as usize]];
+                if entry.replayable {
+                    held_bytes -= order[*pos].scheduled_free();
+                } else {
+                    pinned.push(v);
+                }
+            }
+            attempt(&pinned).unwrap_or_else(|e| {
+                let min = planner::min_feasible_budget(&view);
+                too_small(
+                    budget,
+                    &planner::Error::Infeasible {
+                        budget_bytes: budget,
+                        min_budget_bytes: min,
+                        lower_bound: false,
+                    },
+                    None,
+                )
+            })
+        }
+    };
     // Map view indices back to positions in `order`.
     let position: Vec<usize> = by_id.iter().map(|&k| entries[k].0).collect();
     for actions in &mut per_node {
@@ -465,7 +518,9 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         }
     }
     LAST_BUDGET.store(budget, Ordering::Relaxed);
-    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(view));
+    let view = Arc::new(view);
+    THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
+    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
     (per_node, held_bytes)
 }
 
@@ -499,23 +554,27 @@ pub(crate) fn carry_out(
             // exception is the op running).
             check(*held);
         }
-        // The `Free`s right after an op are the values it read last: they leave before its
-        // output arrives, as the planner counts them.
         let frees = actions[k..]
             .iter()
             .take_while(|a| matches!(a, Action::Free(_)))
             .count();
-        let free_after = |freed: &mut u64| {
-            for a in &actions[k..k + frees] {
-                *freed += node(a.node()).scheduled_free();
-            }
-        };
+        let frees = &actions[k..k + frees];
         match action {
             Action::Replay(v) => {
+                // The `Free`s right after a replay are the values it read last: they leave
+                // before its output arrives, as the planner counts them. (A `Free` of the
+                // replayed value itself comes after it is stored.)
                 let mut freed = 0;
-                let bytes = node(v).scheduled_replay(&mut || free_after(&mut freed));
+                let bytes = node(v).scheduled_replay(&mut || {
+                    for a in frees.iter().filter(|a| a.node() != v) {
+                        freed += node(a.node()).scheduled_free();
+                    }
+                });
+                if frees.iter().any(|a| a.node() == v) {
+                    freed += node(v).scheduled_free();
+                }
                 *held = (*held + bytes).saturating_sub(freed);
-                k += frees;
+                k += frees.len();
             }
             Action::Free(v) => *held = held.saturating_sub(node(v).scheduled_free()),
             Action::Step(v) => *held = held.saturating_sub(node(v).scheduled_step(grads)),
@@ -531,7 +590,11 @@ pub(crate) fn after_pass() {
         let mut cell = cell.borrow_mut();
         if let Some(session) = cell.as_mut() {
             let budget_id = session.budget_id;
-            session.compact(budget_id);
+            if session.compact(budget_id).is_err() {
+                // Live graphs of this thread pass the budget: the next op recorded under it
+                // reports it.
+                *cell = None;
+            }
         }
     });
 }
@@ -540,12 +603,15 @@ pub(crate) fn after_pass() {
 /// [`Policy::Budget`](super::policy::Policy::Budget), predicted by the planner from the
 /// recorded graph and the op times measured in its forward pass; `Display` prints a table
 /// (budget, predicted peak, predicted extra compute and replays). `None` before any such
-/// step.
+/// step. The step is the last one this thread ran backward on under a budget, else the last
+/// one in the process (a training loop's worker thread, say).
 ///
 /// To pick a budget for a model: run one step under `Policy::Budget(u64::MAX)` (which keeps
 /// what [`Policy::SaveAll`](super::policy::Policy::SaveAll) keeps), print this, and set the
 /// budget whose extra compute you accept.
 pub fn tradeoff() -> Option<Tradeoff> {
-    let view = LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+    let view = THREAD_VIEW
+        .with(|v| v.borrow().clone())
+        .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())?;
     Some(planner::tradeoff(&view))
 }

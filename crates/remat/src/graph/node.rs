@@ -637,7 +637,8 @@ impl<B: Backend> GraphNode for Node<B> {
     fn scheduled_replay(&self, before_store: &mut dyn FnMut()) -> u64 {
         retrieve::replay_then(self, before_store);
         match &self.lock().slot {
-            Slot::Stored(kept) => kept.bytes(),
+            // A view of leaves is the user's memory (`KeepReason::Leaf`), not the budget's.
+            Slot::Stored(kept) if !self.placement.leaf_view => kept.bytes(),
             _ => 0,
         }
     }
@@ -645,7 +646,9 @@ impl<B: Backend> GraphNode for Node<B> {
     fn scheduled_free(&self) -> u64 {
         let freed = {
             let mut state = self.lock();
-            let rebuildable = state.op.is_some() && self.rebuildable();
+            // Whether the schedule may replay it is the planner's call (the view says which
+            // values are replayable); the op is what a replay needs.
+            let rebuildable = state.op.is_some();
             match core::mem::replace(&mut state.slot, Slot::Unneeded) {
                 Slot::Stored(kept) => {
                     if rebuildable {
@@ -659,8 +662,10 @@ impl<B: Backend> GraphNode for Node<B> {
                 }
             }
         };
-        // Freed outside the node's lock.
-        freed.map_or(0, |kept| kept.bytes())
+        // Freed outside the node's lock. A view of leaves is the user's memory.
+        freed
+            .filter(|_| !self.placement.leaf_view)
+            .map_or(0, |kept| kept.bytes())
     }
 
     fn scheduled_step(&self, grads: &mut Gradients) -> u64 {

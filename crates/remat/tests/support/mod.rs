@@ -96,8 +96,9 @@ pub fn at_ties() -> u64 {
 /// The policies every check runs under; the first (`SaveAll`) is the reference the others
 /// must match bit for bit.
 ///
-/// This is the hook for new policies: add `Policy::Budget` here once it exists, and every
-/// op-family test and the random-DAG fuzzer run under it.
+/// This is the hook for new policies: every op-family test and the random-DAG fuzzer run
+/// under each. [`check`] also runs each program under the smallest budget the planner
+/// guarantees for it, and halfway between that and keeping everything.
 pub fn policies() -> Vec<(&'static str, Policy)> {
     vec![
         ("SaveAll", Policy::SaveAll),
@@ -111,7 +112,47 @@ pub fn policies() -> Vec<(&'static str, Policy)> {
             "Selective(keep views and cheap)",
             Policy::Selective(Selector::keep_costs(&[Cost::Alias, Cost::Cheap])),
         ),
+        ("Budget(unbounded)", Policy::Budget(u64::MAX)),
     ]
+}
+
+/// Runs `f` under `Policy::Budget(budget)`, or, when remat says the budget is too small, under
+/// the budget its message names (a graph's view does not show what the forward pass also
+/// held: values of side computations, dropped before backward). The named budget must be
+/// larger each time (the forward pass names a lower bound: what it holds at the op that did
+/// not fit), and work in the end.
+pub fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> R {
+    let mut budget = budget;
+    for _ in 0..64 {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            remat::with_policy(Policy::Budget(budget), &f)
+        }));
+        let payload = match run {
+            Ok(result) => return result,
+            Err(payload) => payload,
+        };
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        let named = message
+            .split("remat::Policy::Budget(")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        match named {
+            Some(named) if named > budget => budget = named,
+            _ => std::panic::resume_unwind(payload),
+        }
+    }
+    panic!("remat named budgets that did not work, up to {budget} bytes");
+}
+
+/// The smallest budget and the keep-all peak of the last step this thread ran under a
+/// budget.
+pub fn budget_range() -> (u64, u64) {
+    let t = remat::tradeoff().expect("a step ran under a budget on this thread");
+    (t.min_budget_bytes, t.keep_all_bytes)
 }
 
 /// A small deterministic generator (xorshift), so tests need no dependency.
@@ -303,6 +344,12 @@ fn check_outcome(
     }
     for (label, policy) in policies {
         let (_, got) = remat::with_policy(policy, || grads_of(inputs, program, seed));
+        assert_same(name, label, &got, reference_label, &reference);
+    }
+    // The last policy is the unbounded budget: now the smallest and a middle one.
+    let (min, all) = budget_range();
+    for (label, budget) in [("Budget(min)", min), ("Budget(middle)", min.midpoint(all.max(min)))] {
+        let (_, got) = under_budget(budget, || grads_of(inputs, program, seed));
         assert_same(name, label, &got, reference_label, &reference);
     }
     let (_, region) = remat::checkpoint(|| grads_of(inputs, program, seed));
