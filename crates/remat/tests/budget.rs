@@ -1,35 +1,132 @@
-//! Policy::Budget: held bytes within the budget, gradients bit-identical to SaveAll.
+//! `Policy::Budget`: the held bytes stay within the budget through forward and backward
+//! (stats' peak, exact), gradients are bit-identical to SaveAll at every budget, a budget too
+//! small panics naming one that works, and the trade-off report predicts the step.
+//!
+//! Every op-family test and the random-DAG fuzzer also run under budgets (the harness in
+//! `support` adds an unbounded, the smallest and a middle budget to every check).
 mod support;
 
-use burn_backend::{TensorData, ops::FloatTensorOps};
-use remat::Policy;
-use support::{A, T};
+use std::sync::Mutex;
 
-fn chain(n: usize, len: usize) -> (Vec<f32>, u64, u64) {
+use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps};
+use remat::Policy;
+use support::{A, I, T};
+
+/// Stats are process-wide: the tests of this file run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Bytes of one value of the chain (`LEN` f32).
+const LEN: usize = 1000;
+const VALUE: u64 = (LEN * 4) as u64;
+
+/// A chain of `n` ops alternating `sin` (reads its input) and `exp(0.5 x)` (reads its output);
+/// returns the gradient, the peak held bytes during the step and the replays.
+fn chain(n: usize) -> (Vec<f32>, u64, u64) {
     let device = Default::default();
-    let x = A::float_from_data(TensorData::new(vec![0.5f32; len], [len]), &device);
+    let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
     let x = A::float_set_require_grad(x, true);
+    remat::reset_stats();
     let mut y: T = x.clone();
     for i in 0..n {
-        y = if i % 2 == 0 { A::float_sin(y) } else { A::float_exp(A::float_mul_scalar(y, 0.5f32.into())) };
+        y = if i % 2 == 0 {
+            A::float_sin(y)
+        } else {
+            A::float_exp(A::float_mul_scalar(y, 0.5f32.into()))
+        };
     }
-    remat::reset_stats();
     let grads = A::float_sum(y).backward();
     let s = remat::stats();
-    let g = <A as burn_backend::AutodiffBackend>::grad(&x, &grads).unwrap();
-    let g: Vec<f32> = burn_backend::read_sync(support::I::float_into_data(g)).unwrap().to_vec().unwrap();
+    let g = <A as AutodiffBackend>::grad(&x, &grads).expect("x has a gradient");
+    let g: Vec<f32> = burn_backend::read_sync(I::float_into_data(g))
+        .unwrap()
+        .try_into_vec::<f32>()
+        .unwrap();
     (g, s.peak_bytes, s.replays)
 }
 
 #[test]
-fn smoke() {
-    let (g0, p0, r0) = remat::with_policy(Policy::SaveAll, || chain(30, 1000));
-    eprintln!("saveall peak {p0} replays {r0}");
-    for b in [u64::MAX, 100_000, 40_000, 20_000, 12_000] {
-        let (g, p, r) = remat::with_policy(Policy::Budget(b), || chain(30, 1000));
-        eprintln!("budget {b} peak {p} replays {r}");
-        assert_eq!(g, g0);
+fn the_peak_stays_within_every_budget_and_gradients_match_save_all() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (reference, save_all_peak, _) = remat::with_policy(Policy::SaveAll, || chain(30));
+    // Backward steps read the 15 exp outputs (each also the next sin's input); the first
+    // sin's input is the leaf.
+    assert_eq!(save_all_peak, 15 * VALUE);
+    let (grads, peak, replays) = remat::with_policy(Policy::Budget(u64::MAX), || chain(30));
+    assert_eq!(grads, reference);
+    assert_eq!(
+        peak, save_all_peak,
+        "an unbounded budget keeps what SaveAll keeps"
+    );
+    assert_eq!(replays, 0);
+    let mut last_replays = 0;
+    for values in [12, 8, 5, 3] {
+        let budget = values * VALUE;
+        let (grads, peak, replays) = remat::with_policy(Policy::Budget(budget), || chain(30));
+        assert_eq!(grads, reference, "budget of {values} values");
+        assert!(peak <= budget, "peak {peak} over the budget {budget}");
+        assert!(
+            replays > last_replays,
+            "a smaller budget ({values} values) replays more: {replays} after {last_replays}"
+        );
+        last_replays = replays;
+        assert_eq!(remat::stats().budget, Some(budget));
     }
-    eprintln!("{}", remat::tradeoff().unwrap());
 }
 
+#[test]
+fn a_budget_too_small_names_one_that_works() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    remat::with_policy(Policy::Budget(u64::MAX), || chain(30));
+    let min = remat::tradeoff().expect("a step ran").min_budget_bytes;
+    assert!(min > 0 && min < 15 * VALUE);
+    let too_small = std::panic::catch_unwind(|| {
+        remat::with_policy(Policy::Budget(min - 1), || chain(30));
+    });
+    let message = too_small
+        .expect_err("a budget below the smallest panics")
+        .downcast::<String>()
+        .expect("a message");
+    assert!(
+        message.contains("is too small")
+            && message.contains(&format!("remat::Policy::Budget({min})")),
+        "{message}"
+    );
+    // The budget it names works.
+    let (_, peak, _) = remat::with_policy(Policy::Budget(min), || chain(30));
+    assert!(peak <= min);
+}
+
+#[test]
+fn the_trade_off_report_covers_the_smallest_budget_to_keeping_all() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    remat::with_policy(Policy::Budget(u64::MAX), || chain(30));
+    let report = remat::tradeoff().expect("a step ran under a budget");
+    assert_eq!(report.keep_all_bytes, 15 * VALUE);
+    let rows = &report.rows;
+    assert_eq!(
+        rows.first().map(|r| r.budget_bytes),
+        Some(report.min_budget_bytes)
+    );
+    assert_eq!(rows.last().map(|r| r.recompute_cost), Some(0.0));
+    for pair in rows.windows(2) {
+        assert!(pair[0].budget_bytes < pair[1].budget_bytes);
+        assert!(pair[1].recompute_cost <= pair[0].recompute_cost);
+    }
+    for row in rows {
+        assert!(row.peak_bytes <= row.budget_bytes);
+    }
+    let text = report.to_string();
+    assert!(text.contains("extra compute"), "{text}");
+}
+
+#[test]
+fn regions_inside_a_budget_are_rebuilt_and_planned() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (reference, ..) = remat::with_policy(Policy::SaveAll, || chain(30));
+    let budget = 5 * VALUE;
+    let (grads, peak, replays) =
+        remat::with_policy(Policy::Budget(budget), || remat::checkpoint(|| chain(30)));
+    assert_eq!(grads, reference);
+    assert!(replays > 0, "values of a region are not kept after forward");
+    assert!(peak <= budget, "peak {peak} over the budget {budget}");
+}

@@ -213,6 +213,8 @@ pub(crate) struct Recorded<B: Backend> {
     pub(crate) bytes: u64,
     pub(crate) cost_ns: f64,
     pub(crate) replayable: bool,
+    /// Recorded in a checkpoint region: never kept in the forward pass.
+    pub(crate) in_region: bool,
     pub(crate) reads_output: bool,
     pub(crate) fixed_bytes: u64,
     /// Producers a replay reads.
@@ -248,6 +250,7 @@ pub(crate) fn on_record<B: Backend>(
         bytes,
         cost_ns,
         replayable,
+        in_region,
         reads_output,
         fixed_bytes,
         inputs,
@@ -278,7 +281,8 @@ pub(crate) fn on_record<B: Backend>(
             .inputs(map(&inputs))
             .step_reads(reads)
             .replayable(replayable)
-            .fixed_bytes(fixed_bytes);
+            .fixed_bytes(fixed_bytes)
+            .forced((in_region && replayable).then_some(planner::Forced::Recompute));
         session.nodes.push(entry.clone());
         session.handles.push(handle);
         session.ids.push(id);
@@ -355,7 +359,9 @@ fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
         } => (*min_budget_bytes, *lower_bound),
         other => panic!("remat internal error: the budget's planner refused a step: {other}"),
     };
-    let at = op.map_or(String::new(), |op| format!(" (at op `{op}`, in the forward pass)"));
+    let at = op.map_or(String::new(), |op| {
+        format!(" (at op `{op}`, in the forward pass)")
+    });
     let what = if lower {
         "needs at least"
     } else {
@@ -490,7 +496,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
                     pinned.push(v);
                 }
             }
-            attempt(&pinned).unwrap_or_else(|e| {
+            attempt(&pinned).unwrap_or_else(|_| {
                 let min = planner::min_feasible_budget(&view);
                 too_small(
                     budget,

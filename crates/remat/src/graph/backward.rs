@@ -71,7 +71,8 @@ fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device)
     // NOTE [budget] in `checkpoint/budget.rs`: a pass over nodes recorded under a budget is
     // planned whole before any step runs (a graph that cannot fit panics here), then carried
     // out node by node.
-    let budget = budget::pass_budget(&order).map(|budget| (budget, budget::plan_pass(&order, budget)));
+    let budget =
+        budget::pass_budget(&order).map(|budget| (budget, budget::plan_pass(&order, budget)));
     if !distributed.is_empty() {
         let params = distributed.iter().map(|(_, p)| p.clone()).collect();
         B::register_sync_parameters(device, params);

@@ -531,6 +531,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
                 .cost_ns
                 .unwrap_or_else(|| budget::estimate(info.cost, bytes)),
             replayable: placement.recompute,
+            in_region: placement.region != 0,
             reads_output: reads.output,
             fixed_bytes: edges
                 .iter()

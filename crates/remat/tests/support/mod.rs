@@ -348,7 +348,10 @@ fn check_outcome(
     }
     // The last policy is the unbounded budget: now the smallest and a middle one.
     let (min, all) = budget_range();
-    for (label, budget) in [("Budget(min)", min), ("Budget(middle)", min.midpoint(all.max(min)))] {
+    for (label, budget) in [
+        ("Budget(min)", min),
+        ("Budget(middle)", min.midpoint(all.max(min))),
+    ] {
         let (_, got) = under_budget(budget, || grads_of(inputs, program, seed));
         assert_same(name, label, &got, reference_label, &reference);
     }
