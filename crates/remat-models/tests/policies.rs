@@ -247,7 +247,37 @@ fn policies() -> Vec<Policy> {
         Policy::Balanced,
         Policy::RecomputeAll,
         Policy::Selective(Selector::keep_costs(&[Cost::Compute])),
+        Policy::Budget(u64::MAX),
     ]
+}
+
+/// Runs `f` under `Policy::Budget(budget)`, or, when remat says the budget is too small,
+/// under the (larger) budget its message names, until one works.
+fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> R {
+    let mut budget = budget;
+    for _ in 0..64 {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            remat::with_policy(Policy::Budget(budget), &f)
+        }));
+        let payload = match run {
+            Ok(result) => return result,
+            Err(payload) => payload,
+        };
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        let named = message
+            .split("remat::Policy::Budget(")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        match named {
+            Some(named) if named > budget => budget = named,
+            _ => std::panic::resume_unwind(payload),
+        }
+    }
+    panic!("remat named budgets that did not work, up to {budget} bytes");
 }
 
 fn setups() -> Vec<Setup> {
@@ -260,7 +290,7 @@ fn setups() -> Vec<Setup> {
     };
     let mut all = Vec::new();
     for policy in policies() {
-        let drops = !matches!(policy, Policy::SaveAll);
+        let drops = !matches!(policy, Policy::SaveAll | Policy::Budget(_));
         // A scope, under either strategy.
         for checkpointing in [false, true] {
             all.push(Setup {
@@ -401,9 +431,37 @@ fn every_program_is_bit_identical_under_every_policy() {
     let device = Device::flex().autodiff();
     for (name, program) in programs::all() {
         let reference = remat::with_policy(Policy::SaveAll, || program(&device));
+        // After the unbounded budget (the last policy), the smallest budget and a middle one
+        // for this program, from the trade-off report of its last step.
+        let mut runs: Vec<(String, Box<dyn Fn() -> _>)> = Vec::new();
         for policy in policies().into_iter().skip(1) {
             let what = format!("{name} under {policy:?}");
-            let report = remat::with_policy(policy, || program(&device));
+            let program = program.clone();
+            let device = device.clone();
+            runs.push((
+                what,
+                Box::new(move || remat::with_policy(policy.clone(), || program(&device))),
+            ));
+        }
+        for (label, pick) in [("smallest", 0u64), ("middle", 1)] {
+            let program = program.clone();
+            let device = device.clone();
+            runs.push((
+                format!("{name} under the {label} budget"),
+                Box::new(move || {
+                    let report = remat::tradeoff().expect("the unbounded budget ran a step");
+                    let min = report.min_budget_bytes;
+                    let budget = if pick == 0 {
+                        min
+                    } else {
+                        min.midpoint(report.keep_all_bytes.max(min))
+                    };
+                    under_budget(budget, || program(&device))
+                }),
+            ));
+        }
+        for (what, run) in runs {
+            let report = run();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&report.losses),

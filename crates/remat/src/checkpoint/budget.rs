@@ -471,7 +471,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         held_bytes -= order[entries[by_id[v as usize]].0].scheduled_free();
         false
     });
-    let attempt = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+    let attempt_under = |budget: u64, held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
         let mut dtr = Dtr::resume(budget, nodes.clone(), held)?;
         let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
         let mut pending = dtr.begin_backward(step_order.clone())?.to_vec();
@@ -481,6 +481,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         }
         Ok(per_node)
     };
+    let attempt = |held: &[u32]| attempt_under(budget, held);
     let mut per_node = match attempt(&held) {
         Ok(per_node) => per_node,
         Err(_) => {
@@ -497,12 +498,33 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
                 }
             }
             attempt(&pinned).unwrap_or_else(|_| {
-                let min = planner::min_feasible_budget(&view);
+                // Name a budget this engine runs from the lean state: the planner's smallest
+                // (a guarantee for its own schedules) if that works, else the smallest that
+                // does, by bisection (planning only: nothing runs).
+                let mut low = planner::min_feasible_budget(&view).max(budget);
+                let mut high = view
+                    .nodes()
+                    .iter()
+                    .map(|n| n.bytes + n.fixed_bytes)
+                    .sum::<u64>()
+                    .max(low);
+                if attempt_under(low, &pinned).is_ok() {
+                    high = low;
+                } else {
+                    while high - low > 1 {
+                        let mid = low.midpoint(high);
+                        if attempt_under(mid, &pinned).is_ok() {
+                            high = mid;
+                        } else {
+                            low = mid;
+                        }
+                    }
+                }
                 too_small(
                     budget,
                     &planner::Error::Infeasible {
                         budget_bytes: budget,
-                        min_budget_bytes: min,
+                        min_budget_bytes: high,
                         lower_bound: false,
                     },
                     None,
