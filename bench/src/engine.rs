@@ -29,6 +29,42 @@ pub enum Engine {
     RematRecomputeAll,
     /// `remat::Autodiff<B>` (SaveAll) with each layer in a `remat::checkpoint` region.
     RematRegions,
+    /// `remat::Autodiff<B>` under `with_policy(Budget(bytes))`.
+    RematBudget(BudgetPoint),
+}
+
+/// A point of the budget curve: the budget a step runs under and what it was derived from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetPoint {
+    /// The budget the step runs under (bytes, as `remat::stats()` counts them).
+    pub bytes: u64,
+    /// What the budget was asked as.
+    pub target: BudgetTarget,
+}
+
+/// How a budget point was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetTarget {
+    /// This percentage of remat SaveAll's peak of held bytes (`remat::stats().peak_bytes`).
+    Percent(u32),
+    /// `u64::MAX`: a budget that forces no eviction.
+    Unbounded,
+    /// The per-layer regions' peak of held bytes (`remat::stats().peak_bytes`).
+    RegionsPeak,
+    /// The smallest budget a "too small" panic named, for an infeasible point.
+    Smallest,
+}
+
+impl BudgetTarget {
+    /// The policy's name in the tables.
+    pub fn name(self) -> String {
+        match self {
+            BudgetTarget::Percent(p) => format!("Budget {p}%"),
+            BudgetTarget::Unbounded => "Budget u64::MAX".into(),
+            BudgetTarget::RegionsPeak => "Budget per-layer peak".into(),
+            BudgetTarget::Smallest => "Budget smallest".into(),
+        }
+    }
 }
 
 impl Engine {
@@ -51,6 +87,7 @@ impl Engine {
             Engine::RematBalanced => "balanced",
             Engine::RematRecomputeAll => "recomputeall",
             Engine::RematRegions => "regions",
+            Engine::RematBudget(_) => "budget",
         }
     }
 
@@ -68,14 +105,15 @@ impl Engine {
     }
 
     /// The policy's name.
-    pub fn policy(self) -> &'static str {
+    pub fn policy(self) -> String {
         match self {
-            Engine::BurnNone => "NoCheckpointing",
-            Engine::BurnBalanced => "BalancedCheckpointing",
-            Engine::RematSaveAll => "SaveAll",
-            Engine::RematBalanced => "Balanced",
-            Engine::RematRecomputeAll => "RecomputeAll",
-            Engine::RematRegions => "per-layer checkpoint",
+            Engine::BurnNone => "NoCheckpointing".into(),
+            Engine::BurnBalanced => "BalancedCheckpointing".into(),
+            Engine::RematSaveAll => "SaveAll".into(),
+            Engine::RematBalanced => "Balanced".into(),
+            Engine::RematRecomputeAll => "RecomputeAll".into(),
+            Engine::RematRegions => "per-layer checkpoint".into(),
+            Engine::RematBudget(point) => point.target.name(),
         }
     }
 
@@ -89,6 +127,7 @@ impl Engine {
             Engine::RematSaveAll | Engine::RematRegions => Some(Policy::SaveAll),
             Engine::RematBalanced => Some(Policy::Balanced),
             Engine::RematRecomputeAll => Some(Policy::RecomputeAll),
+            Engine::RematBudget(point) => Some(Policy::Budget(point.bytes)),
             Engine::BurnNone | Engine::BurnBalanced => None,
         }
     }
@@ -138,6 +177,8 @@ pub struct Sample {
     pub kept: i64,
     /// remat's own count of kept bytes after forward (`stats().live_bytes`).
     pub remat_kept: Option<u64>,
+    /// remat's own peak of held bytes over the step (`stats().peak_bytes`).
+    pub remat_peak: Option<u64>,
     /// remat replays during the step.
     pub replays: Option<u64>,
     /// Of the weight gradients.
@@ -243,7 +284,9 @@ fn step<B: AutodiffBackend>(
     let ns = start.elapsed().as_nanos() as u64;
     let peak = alloc::peak().saturating_sub(base);
     let is_remat = engine.engine() == "remat";
-    let replays = is_remat.then(|| remat::stats().replays);
+    let after = remat::stats();
+    let replays = is_remat.then_some(after.replays);
+    let remat_peak = is_remat.then_some(after.peak_bytes);
     let offset = start.duration_since(prestart).as_nanos() as i64;
     let trace = sampler.map(|sampler| {
         let points = sampler.finish();
@@ -273,6 +316,7 @@ fn step<B: AutodiffBackend>(
         peak,
         kept,
         remat_kept: is_remat.then_some(remat_kept),
+        remat_peak,
         replays,
         fingerprint,
         trace,

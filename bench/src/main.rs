@@ -4,6 +4,8 @@
 //! cargo run --release --manifest-path bench/Cargo.toml -- [flags]
 //!   --models mlp,transformer,convnet   --backends flex,ndarray
 //!   --engines burn,burn-balanced,saveall,balanced,recomputeall,regions (default: all)
+//!   --budgets 75,50,30,20,10,5 (percentages of remat SaveAll's held-bytes peak; mlp adds 25)
+//!   --no-budget (skip the budget curve)  --only budget (SaveAll, regions and the budget curve)
 //!   --steps N (timed steps, default 5)  --warmup N (default 1)
 //!   --batch N | --batch mlp=128,transformer=2 --layers N (override every model)  --seq N (transformer)
 //!   --conv-batch-ndarray N (convnet batch on NdArray, default 2: its conv backward is slow)
@@ -18,6 +20,14 @@
 //!
 //! Engines are measured in rounds (every engine once per round, the order rotating), so a
 //! ratio is taken between steps run close in time: the machine is shared.
+//!
+//! The budget curve (`Policy::Budget`): before the rounds, one step under remat SaveAll gives
+//! the base, `remat::stats().peak_bytes` (the bytes remat holds for backward, the measure a
+//! budget bounds); each point is a percentage of it, run as `with_policy(Budget(bytes))`. A
+//! budget below the engine's smallest panics naming one that works: the panic is caught in
+//! that first (untimed) step, the point recorded as infeasible, and the curve continued at the
+//! named budget (marked "raised to the smallest"). One step under `Budget(u64::MAX)` gives the
+//! planner's predicted curve (`remat::tradeoff()`).
 
 mod alloc;
 mod engine;
@@ -27,9 +37,9 @@ mod report;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engine::{Engine, Runner};
+use engine::{BudgetPoint, BudgetTarget, Engine, Runner};
 use models::{Config, Kind, Spec};
-use report::{EngineRun, Meta, MicroRun, ModelRun, Results};
+use report::{BudgetInfo, BudgetRun, EngineRun, Meta, MicroRun, ModelRun, PlannerCurve, Results};
 
 /// NdArray is deprecated in Burn 0.22 (in favour of Flex) but still a reference point.
 #[allow(deprecated)]
@@ -52,6 +62,8 @@ struct Opts {
     micro_ops: usize,
     micro_reps: usize,
     micro: bool,
+    budgets: Vec<u32>,
+    budget: bool,
     report_only: bool,
     out: PathBuf,
 }
@@ -71,6 +83,8 @@ fn parse_args() -> Result<Opts, String> {
         micro_ops: 100_000,
         micro_reps: 3,
         micro: true,
+        budgets: vec![75, 50, 30, 20, 10, 5],
+        budget: true,
         report_only: false,
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
     };
@@ -130,6 +144,25 @@ fn parse_args() -> Result<Opts, String> {
             "--micro-ops" => opts.micro_ops = number(&arg, args.next())?.max(2),
             "--micro-reps" => opts.micro_reps = number(&arg, args.next())?.max(1),
             "--no-micro" => opts.micro = false,
+            "--budgets" => {
+                let list = args.next().ok_or("--budgets needs a value")?;
+                opts.budgets = list
+                    .split(',')
+                    .map(|p| match p.trim_end_matches('%').parse::<u32>() {
+                        Ok(p) if (1..=100).contains(&p) => Ok(p),
+                        _ => Err(format!("--budgets: {p} is not a percentage in 1..=100")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--no-budget" => opts.budget = false,
+            "--only" => match args.next().as_deref() {
+                Some("budget") => {
+                    opts.engines = vec![Engine::RematSaveAll, Engine::RematRegions];
+                    opts.budget = true;
+                    opts.micro = false;
+                }
+                other => return Err(format!("--only: unknown value {other:?} (try `budget`)")),
+            },
             "--report-only" => opts.report_only = true,
             "--out" => opts.out = PathBuf::from(args.next().ok_or("--out needs a value")?),
             "-h" | "--help" => {
@@ -181,19 +214,187 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-fn run_model(opts: &Opts, kind: Kind, backend: &str) -> ModelRun {
+/// The message of a caught panic.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// The budget a "too small" panic names: the last `Policy::Budget(N)` in its message.
+fn named_budget(message: &str) -> Option<u64> {
+    let key = "Policy::Budget(";
+    let rest = &message[message.rfind(key)? + key.len()..];
+    rest[..rest.find(')')?].parse().ok()
+}
+
+/// Runs one untimed step, catching a panic (then its message is the error); the panic hook is
+/// silenced meanwhile, so that an expected "budget too small" does not print a backtrace.
+fn try_step(run: &mut Runner) -> Result<engine::Sample, String> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(false)));
+    std::panic::set_hook(previous);
+    out.map_err(|payload| panic_message(&*payload))
+}
+
+/// A prepared engine, with the budget point it measures (if any).
+type Prepared = (Engine, Runner, Option<u64>);
+
+/// Sets up the budget curve of one model on one backend (see the module docs): returns what
+/// was asked and found, and one runner per distinct budget that runs (already warmed by the
+/// step that tried it).
+fn calibrate_budgets(
+    opts: &Opts,
+    kind: Kind,
+    backend: &str,
+    spec: &Arc<Spec>,
+) -> Result<(BudgetRun, Vec<Prepared>), String> {
+    let tag = format!("{} on {backend}", kind.name());
+    let held_peak = |engine: Engine| -> Result<u64, String> {
+        let mut run = make_runner(backend, engine, spec.clone());
+        let sample = try_step(&mut run).map_err(|m| format!("{tag}: {}: {m}", engine.label()))?;
+        sample
+            .remat_peak
+            .ok_or_else(|| format!("{tag}: {} has no remat peak", engine.label()))
+    };
+    let saveall_peak = held_peak(Engine::RematSaveAll)?;
+    let regions_peak = match kind {
+        Kind::Transformer => Some(held_peak(Engine::RematRegions)?),
+        _ => None,
+    };
+    eprintln!(
+        "   budget base: SaveAll holds {:.1} MiB at most{}",
+        saveall_peak as f64 / 1048576.0,
+        regions_peak.map_or(String::new(), |r| format!(
+            ", per-layer regions {:.1} MiB",
+            r as f64 / 1048576.0
+        ))
+    );
+    let mut prepared: Vec<Prepared> = Vec::new();
+    let mut points = Vec::new();
+    // Unbounded first: its step gives the planner's curve.
+    let unbounded = Engine::RematBudget(BudgetPoint {
+        bytes: u64::MAX,
+        target: BudgetTarget::Unbounded,
+    });
+    let mut run = make_runner(backend, unbounded, spec.clone());
+    try_step(&mut run).map_err(|m| format!("{tag}: Budget(u64::MAX) panicked: {m}"))?;
+    let planner = remat::tradeoff().map(|t| PlannerCurve::from_tradeoff(&t));
+    prepared.push((unbounded, run, Some(u64::MAX)));
+    let mut info = BudgetInfo::new(BudgetTarget::Unbounded, None, u64::MAX);
+    info.ran_bytes = Some(u64::MAX);
+    points.push(info);
+    let mut percents = opts.budgets.clone();
+    if kind == Kind::Mlp && !percents.contains(&25) {
+        percents.push(25);
+    }
+    percents.sort_unstable_by(|a, b| b.cmp(a));
+    percents.dedup();
+    let mut requests: Vec<(BudgetTarget, Option<u32>, u64)> = percents
+        .iter()
+        .map(|&p| {
+            let bytes = (saveall_peak as u128 * p as u128 / 100) as u64;
+            (BudgetTarget::Percent(p), Some(p), bytes)
+        })
+        .collect();
+    if let Some(r) = regions_peak {
+        requests.push((BudgetTarget::RegionsPeak, None, r));
+    }
+    for (target, percent, requested) in requests {
+        let mut info = BudgetInfo::new(target, percent, requested);
+        let mut bytes = requested;
+        // The first try is the asked budget; a panic names a larger one to try (a few times:
+        // in forward the named one is a lower bound, and the next try may name a larger one).
+        for _ in 0..5 {
+            if prepared.iter().any(|(_, _, b)| *b == Some(bytes)) {
+                // Measured already (two points raised to the same smallest budget).
+                info.ran_bytes = Some(bytes);
+                break;
+            }
+            let engine = Engine::RematBudget(BudgetPoint {
+                bytes,
+                target: if bytes == requested {
+                    target
+                } else {
+                    BudgetTarget::Smallest
+                },
+            });
+            let mut run = make_runner(backend, engine, spec.clone());
+            match try_step(&mut run) {
+                Ok(sample) => {
+                    eprintln!(
+                        "   {:<28} budget {:>8.1} MiB: held peak {:>8.1} MiB, {} replays",
+                        engine.label(),
+                        bytes as f64 / 1048576.0,
+                        sample.remat_peak.unwrap_or(0) as f64 / 1048576.0,
+                        sample.replays.unwrap_or(0)
+                    );
+                    info.ran_bytes = Some(bytes);
+                    prepared.push((engine, run, Some(bytes)));
+                    break;
+                }
+                Err(message) => {
+                    let named = named_budget(&message);
+                    eprintln!(
+                        "   {} at {:.1} MiB: infeasible; named {}",
+                        target.name(),
+                        bytes as f64 / 1048576.0,
+                        named.map_or("nothing".into(), |n| format!(
+                            "{:.1} MiB",
+                            n as f64 / 1048576.0
+                        ))
+                    );
+                    if info.message.is_none() {
+                        info.message = Some(message);
+                        info.named_min_bytes = named;
+                    }
+                    match named {
+                        Some(n) if n > bytes => bytes = n,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        points.push(info);
+    }
+    Ok((
+        BudgetRun {
+            saveall_peak_bytes: saveall_peak,
+            regions_peak_bytes: regions_peak,
+            points,
+            planner,
+        },
+        prepared,
+    ))
+}
+
+fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String> {
     let config = config(opts, kind, backend);
     let description = config.describe();
     eprintln!("== {} on {backend}: {description}", kind.name());
     let spec = Arc::new(Spec::new(config.clone()));
-    let mut runners: Vec<(Engine, Runner)> = opts
+    let mut runners: Vec<Prepared> = opts
         .engines
         .iter()
-        .map(|&e| (e, make_runner(backend, e, spec.clone())))
+        .map(|&e| (e, make_runner(backend, e, spec.clone()), None))
         .collect();
+    let budget = if opts.budget {
+        let (budget, prepared) = calibrate_budgets(opts, kind, backend, &spec)?;
+        runners.extend(prepared);
+        Some(budget)
+    } else {
+        None
+    };
     let n = runners.len();
     for round in 0..opts.warmup {
-        for (engine, run) in runners.iter_mut() {
+        // The budget points were warmed by the step that tried them.
+        for (engine, run, _) in runners
+            .iter_mut()
+            .filter(|(e, _, _)| !matches!(e, Engine::RematBudget(_)))
+        {
             let s = run(false);
             eprintln!(
                 "   warm-up {round} {:<28} {:>9.1} ms",
@@ -203,24 +404,57 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> ModelRun {
         }
     }
     let mut samples: Vec<Vec<engine::Sample>> = (0..n).map(|_| Vec::new()).collect();
+    // A budget point whose timed step panics (the planner's choices follow measured op times,
+    // so a budget that ran once may not run again) stops there; its rounds so far are kept.
+    let mut stopped = vec![false; n];
+    let mut failures = Vec::new();
     for round in 0..opts.steps {
         for k in 0..n {
             let i = (k + round) % n;
-            let (engine, run) = &mut runners[i];
-            let s = run(false);
+            let (engine, run, _) = &mut runners[i];
+            if stopped[i] {
+                continue;
+            }
+            let s = match engine {
+                Engine::RematBudget(_) => match try_step(run) {
+                    Ok(s) => s,
+                    Err(message) => {
+                        eprintln!("   step {round} {}: panicked: {message}", engine.label());
+                        failures.push(format!(
+                            "{} on {backend}: {} panicked in timed step {round}: {message}",
+                            kind.name(),
+                            engine.label()
+                        ));
+                        stopped[i] = true;
+                        continue;
+                    }
+                },
+                _ => run(false),
+            };
             eprintln!(
-                "   step {round} {:<28} {:>9.1} ms  peak {:>8.1} MB  kept {:>8.1} MB",
+                "   step {round} {:<28} {:>9.1} ms  peak {:>8.1} MB  kept {:>8.1} MB  held {}",
                 engine.label(),
                 s.ns as f64 / 1e6,
                 s.peak as f64 / 1e6,
-                s.kept as f64 / 1e6
+                s.kept as f64 / 1e6,
+                s.remat_peak.map_or("-".into(), |b| format!(
+                    "{b} B, {} replays",
+                    s.replays.unwrap_or(0)
+                ))
             );
             samples[i].push(s);
         }
     }
     let mut engines = Vec::new();
-    for ((engine, run), samples) in runners.iter_mut().zip(samples) {
-        let trace = run(true).trace;
+    for ((engine, run, budget_bytes), samples) in runners.iter_mut().zip(samples) {
+        if samples.is_empty() {
+            continue;
+        }
+        // The budget points are not traced: the memory-over-time figure keeps its six lines.
+        let trace = match engine {
+            Engine::RematBudget(_) => None,
+            _ => run(true).trace,
+        };
         let times_ms: Vec<f64> = samples.iter().map(|s| s.ns as f64 / 1e6).collect();
         let forward_ms: Vec<f64> = samples.iter().map(|s| s.forward_ns as f64 / 1e6).collect();
         let mut sorted = times_ms.clone();
@@ -231,7 +465,7 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> ModelRun {
         engines.push(EngineRun {
             label: engine.label(),
             engine: engine.engine().into(),
-            policy: engine.policy().into(),
+            policy: engine.policy(),
             median_ms,
             min_ms: sorted[0],
             max_ms: sorted[sorted.len() - 1],
@@ -240,6 +474,8 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> ModelRun {
             peak_bytes: median(&mut peaks) as u64,
             kept_bytes: median(&mut kepts) as i64,
             remat_kept_bytes: last.remat_kept,
+            remat_peak_bytes: samples.iter().filter_map(|s| s.remat_peak).max(),
+            budget_bytes: *budget_bytes,
             replays: last.replays,
             fingerprint: last.fingerprint.clone(),
             deterministic: samples
@@ -256,12 +492,14 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> ModelRun {
         config,
         weights_and_input_bytes: spec.bytes() as u64,
         engines,
+        budget,
         agree: true,
         remat_bit_identical: true,
         problems: Vec::new(),
     };
     report::check(&mut run);
-    run
+    run.problems.extend(failures);
+    Ok(run)
 }
 
 fn run_micro(opts: &Opts, backend: &str) -> Vec<MicroRun> {
@@ -312,7 +550,7 @@ fn run_micro(opts: &Opts, backend: &str) -> Vec<MicroRun> {
                 backend: backend.into(),
                 label: e.label(),
                 engine: e.engine().into(),
-                policy: e.policy().into(),
+                policy: e.policy(),
                 ops: opts.micro_ops,
                 reps,
                 median,
@@ -332,7 +570,7 @@ fn real_main() -> Result<(), String> {
         let mut runs = Vec::new();
         for &kind in &opts.models {
             for backend in &opts.backends {
-                runs.push(run_model(&opts, kind, backend));
+                runs.push(run_model(&opts, kind, backend)?);
             }
         }
         let mut micro = Vec::new();
@@ -361,10 +599,11 @@ fn real_main() -> Result<(), String> {
     report::write_markdown(&results, &ratios, &opts.out.join("RESULTS.md"))?;
     report::trace_svg(&results, &opts.out.join("memory_over_time.svg"))?;
     report::tradeoff_svg(&results, &opts.out.join("memory_vs_time.svg"))?;
+    report::budget_svg(&results, &opts.out.join("budget_pareto.svg"))?;
     let problems: Vec<&String> = results.runs.iter().flat_map(|r| &r.problems).collect();
     if !problems.is_empty() {
         return Err(format!(
-            "gradient checks failed:\n{}",
+            "checks failed (gradients, budgets):\n{}",
             problems
                 .iter()
                 .map(|p| format!("  {p}"))

@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Fingerprint, Micro, Trace};
+use crate::engine::{BudgetTarget, Fingerprint, Micro, Trace};
 use crate::models::Config;
 
 /// Everything one run measured.
@@ -126,8 +126,11 @@ pub struct ModelRun {
     pub config: Config,
     /// Bytes of the weights and the input (not counted as kept).
     pub weights_and_input_bytes: u64,
-    /// One entry per engine/policy.
+    /// One entry per engine/policy (the budget points that ran included).
     pub engines: Vec<EngineRun>,
+    /// The budget curve: what was asked, what ran, the planner's prediction.
+    #[serde(default)]
+    pub budget: Option<BudgetRun>,
     /// Every engine's gradients agree with Burn NoCheckpointing within 1e-4 relative.
     pub agree: bool,
     /// remat's policies give bit-identical gradients.
@@ -161,6 +164,13 @@ pub struct EngineRun {
     pub kept_bytes: i64,
     /// remat's own count of bytes kept for backward after forward.
     pub remat_kept_bytes: Option<u64>,
+    /// remat's own peak of held bytes over a step (`remat::stats().peak_bytes`, the measure
+    /// a budget bounds; the largest over steps).
+    #[serde(default)]
+    pub remat_peak_bytes: Option<u64>,
+    /// The `Policy::Budget` the step ran under, for a budget point.
+    #[serde(default)]
+    pub budget_bytes: Option<u64>,
     /// remat replays in one step.
     pub replays: Option<u64>,
     /// Of the weight gradients (last step).
@@ -169,6 +179,108 @@ pub struct EngineRun {
     pub deterministic: bool,
     /// Live bytes over one extra (untimed) step.
     pub trace: Option<Trace>,
+}
+
+/// The budget curve of one model on one backend.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BudgetRun {
+    /// remat SaveAll's peak of held bytes over a step (`remat::stats().peak_bytes`): the 100%
+    /// the percentages are of.
+    pub saveall_peak_bytes: u64,
+    /// The per-layer regions' peak of held bytes, where that point was asked.
+    pub regions_peak_bytes: Option<u64>,
+    /// Every point asked, in order.
+    pub points: Vec<BudgetInfo>,
+    /// The planner's predicted curve, from `remat::tradeoff()` after one step under
+    /// `Budget(u64::MAX)`.
+    pub planner: Option<PlannerCurve>,
+}
+
+/// One asked budget point and what became of it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BudgetInfo {
+    /// The point's name (`Budget 50%`, `Budget u64::MAX`, `Budget per-layer peak`).
+    pub target: String,
+    /// The percentage of SaveAll's held peak, for a percentage point.
+    pub percent: Option<u32>,
+    /// The budget asked (bytes).
+    pub requested_bytes: u64,
+    /// The budget the point's measurements ran under: the asked one, or (when it panicked as
+    /// too small) the one the panic named; `None` when no budget tried ran.
+    pub ran_bytes: Option<u64>,
+    /// The smallest budget the panic named, when the asked one was too small.
+    pub named_min_bytes: Option<u64>,
+    /// The panic's message, when the asked one was too small.
+    pub message: Option<String>,
+}
+
+impl BudgetInfo {
+    /// A point not yet tried.
+    pub fn new(target: BudgetTarget, percent: Option<u32>, requested_bytes: u64) -> BudgetInfo {
+        BudgetInfo {
+            target: target.name(),
+            percent,
+            requested_bytes,
+            ran_bytes: None,
+            named_min_bytes: None,
+            message: None,
+        }
+    }
+
+    /// The asked budget ran as asked.
+    pub fn feasible(&self) -> bool {
+        self.ran_bytes == Some(self.requested_bytes)
+    }
+}
+
+/// The planner's predicted optimum curve (`remat::planner::Tradeoff`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlannerCurve {
+    /// The smallest budget the planner guarantees.
+    pub min_budget_bytes: u64,
+    /// The predicted peak when nothing is rebuilt.
+    pub keep_all_bytes: u64,
+    /// The cost of one forward pass (ns, measured op times).
+    pub forward_cost_ns: f64,
+    /// One row per budget, ascending.
+    pub rows: Vec<PlannerRow>,
+}
+
+/// One budget of the planner's curve.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlannerRow {
+    /// The budget (bytes).
+    pub budget_bytes: u64,
+    /// The predicted peak of held bytes.
+    pub peak_bytes: u64,
+    /// The predicted cost of the replays (ns).
+    pub recompute_cost_ns: f64,
+    /// The replays' cost as a fraction of one forward pass.
+    pub recompute_fraction: f64,
+    /// The predicted replays.
+    pub replays: u64,
+}
+
+impl PlannerCurve {
+    /// Copies remat's report.
+    pub fn from_tradeoff(t: &remat::planner::Tradeoff) -> PlannerCurve {
+        PlannerCurve {
+            min_budget_bytes: t.min_budget_bytes,
+            keep_all_bytes: t.keep_all_bytes,
+            forward_cost_ns: t.forward_cost,
+            rows: t
+                .rows
+                .iter()
+                .map(|r| PlannerRow {
+                    budget_bytes: r.budget_bytes,
+                    peak_bytes: r.peak_bytes,
+                    recompute_cost_ns: r.recompute_cost,
+                    recompute_fraction: r.recompute_fraction,
+                    replays: r.replays,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The micro-benchmark on one engine.
@@ -207,6 +319,10 @@ pub struct Ratio {
     pub spread: Option<(f64, f64)>,
     /// Target: the ratio must be at most this.
     pub target: Option<f64>,
+    /// The asked budget was too small (the target is then not met; the value, if any, is of
+    /// the smallest budget that ran).
+    #[serde(default)]
+    pub infeasible: bool,
 }
 
 impl Ratio {
@@ -217,6 +333,9 @@ impl Ratio {
     }
 
     fn verdict(&self) -> &'static str {
+        if self.infeasible && self.target.is_some() {
+            return "NO (infeasible)";
+        }
         match self.target {
             Some(t) if self.value <= t => "yes",
             Some(_) => "NO",
@@ -267,6 +386,16 @@ pub fn check(run: &mut ModelRun) {
                     first.fingerprint.sum
                 ));
             }
+        }
+    }
+    for e in &run.engines {
+        if let (Some(budget), Some(peak)) = (e.budget_bytes, e.remat_peak_bytes)
+            && peak > budget
+        {
+            problems.push(format!(
+                "{tag}: {} held {peak} bytes, over its budget of {budget}",
+                e.label
+            ));
         }
     }
     run.problems = problems;
@@ -326,6 +455,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
                 value,
                 spread,
                 target,
+                infeasible: false,
             })
         };
         let burn_none = find(run, "burn", "NoCheckpointing");
@@ -374,6 +504,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
                 Some(1.30),
             );
         }
+        out.extend(budget_ratios(run));
     }
     let backends: Vec<String> = {
         let mut b: Vec<String> = results.micro.iter().map(|m| m.backend.clone()).collect();
@@ -419,9 +550,66 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
                     value,
                     spread: None,
                     target,
+                    infeasible: false,
                 });
             }
         }
+    }
+    out
+}
+
+/// The issue's target for a budget point, and what it is compared with (`None`: SaveAll).
+fn budget_target(model: &str, target: &str) -> Option<(f64, Option<&'static str>)> {
+    match (model, target) {
+        (_, "Budget u64::MAX") => Some((1.03, None)),
+        ("transformer", "Budget 50%") => Some((1.06, None)),
+        ("transformer", "Budget 30%") => Some((1.15, None)),
+        ("transformer", "Budget per-layer peak") => Some((1.0, Some("per-layer checkpoint"))),
+        ("mlp", "Budget 50%") => Some((1.05, None)),
+        ("mlp", "Budget 25%") => Some((1.40, None)),
+        _ => None,
+    }
+}
+
+/// The engine run a budget point's measurements come from.
+pub fn budget_engine<'a>(run: &'a ModelRun, point: &BudgetInfo) -> Option<&'a EngineRun> {
+    let bytes = point.ran_bytes?;
+    run.engines.iter().find(|e| e.budget_bytes == Some(bytes))
+}
+
+/// The ratio rows of the budget points that have a target.
+fn budget_ratios(run: &ModelRun) -> Vec<Ratio> {
+    let Some(budget) = &run.budget else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for point in &budget.points {
+        let Some((target, against)) = budget_target(&run.model, &point.target) else {
+            continue;
+        };
+        let base_policy = against.unwrap_or("SaveAll");
+        let base = find(run, "remat", base_policy);
+        let ours = budget_engine(run, point);
+        let mut what = format!("step time: remat {} / remat {base_policy}", point.target);
+        if !point.feasible() {
+            let _ = match point.ran_bytes {
+                Some(b) => write!(what, " (too small; ran at {:.1} MiB)", mb(b as f64)),
+                None => write!(what, " (too small; nothing ran)"),
+            };
+        }
+        let (value, spread) = match (ours, base) {
+            (Some(ours), Some(base)) => time_ratio(ours, base),
+            _ => (f64::NAN, None),
+        };
+        out.push(Ratio {
+            what,
+            model: run.model.clone(),
+            backend: run.backend.clone(),
+            value,
+            spread,
+            target: Some(target),
+            infeasible: !point.feasible(),
+        });
     }
     out
 }
@@ -589,13 +777,13 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
         );
         let _ = writeln!(
             s,
-            "| engine/policy | median ms | min ms | max ms | peak MiB | kept MiB | remat-counted kept MiB | replays | grad sum | grad sum sq |"
+            "| engine/policy | median ms | min ms | max ms | peak MiB | kept MiB | remat-counted kept MiB | remat-counted peak MiB | replays | grad sum | grad sum sq |"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for e in &run.engines {
             let _ = writeln!(
                 s,
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.6e} | {:.6e} |",
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.6e} | {:.6e} |",
                 e.label,
                 e.median_ms,
                 e.min_ms,
@@ -603,6 +791,8 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
                 mb(e.peak_bytes as f64),
                 mb(e.kept_bytes as f64),
                 e.remat_kept_bytes
+                    .map_or("-".into(), |b| format!("{:.1}", mb(b as f64))),
+                e.remat_peak_bytes
                     .map_or("-".into(), |b| format!("{:.1}", mb(b as f64))),
                 opt(e.replays),
                 e.fingerprint.sum,
@@ -618,6 +808,7 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
             let _ = writeln!(s, "- problem: {p}");
         }
     }
+    budget_markdown(results, ratios, &mut s);
     if !results.micro.is_empty() {
         let _ = writeln!(
             s,
@@ -652,9 +843,223 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
     );
     let _ = writeln!(
         s,
-        "Peak bytes against median step time, one point per engine/policy:\n\n![memory vs time](memory_vs_time.svg)"
+        "Peak bytes against median step time, one point per engine/policy (the budget points too):\n\n![memory vs time](memory_vs_time.svg)\n"
     );
+    if results.runs.iter().any(|r| r.budget.is_some()) {
+        let _ = writeln!(
+            s,
+            "The budget curves: memory against step time as a ratio to remat SaveAll (per-round medians). Filled line: the budget points' peak of bytes remat holds (what a budget bounds); thin line with crosses: the same points' allocator peak (gradients and kernel temporaries included); dotted hollow circles: the planner's predicted curve (predicted held peak at 1 + predicted replay time / SaveAll's step time); labelled dots: the other engines' allocator peak.\n\n![budget pareto](budget_pareto.svg)"
+        );
+    }
     std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The planner's row for a budget: the one whose budget is nearest (within 3%), if any.
+fn planner_row(curve: &PlannerCurve, bytes: u64) -> Option<&PlannerRow> {
+    curve
+        .rows
+        .iter()
+        .min_by_key(|r| r.budget_bytes.abs_diff(bytes))
+        .filter(|r| (r.budget_bytes.abs_diff(bytes) as f64) <= 0.03 * bytes as f64)
+}
+
+/// The predicted step-time ratio to SaveAll of a planner row: one step plus the replays.
+fn predicted_ratio(row: &PlannerRow, save_all_ms: f64) -> f64 {
+    1.0 + row.recompute_cost_ns / (save_all_ms * 1e6)
+}
+
+fn mib_text(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| format!("{:.1}", mb(b as f64)))
+}
+
+/// The `Policy::Budget` section of `RESULTS.md`.
+fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
+    if results.runs.iter().all(|r| r.budget.is_none()) {
+        return;
+    }
+    let _ = writeln!(s, "\n## Budget curves (`Policy::Budget`)\n");
+    let _ = writeln!(
+        s,
+        "Each point runs the model under `remat::with_policy(Policy::Budget(bytes))`, in the same rounds as the engines above. \
+         The budgets are percentages of remat SaveAll's peak of held bytes over a step, as `remat::stats().peak_bytes` counts them \
+         (saved, rebuilt and constant values; the measure a budget bounds; a little above the bench's allocator-measured \"kept\", \
+         which excludes the input the first layer saves). \
+         A budget below the engine's smallest panics naming one that works: the panic is caught in the point's first (untimed) \
+         step, the point marked too small, and its row measured at the named budget instead. \
+         `Budget per-layer peak` is the per-layer regions' own held peak (transformer only). \
+         Ratios are to remat SaveAll (or, for the per-layer point, to the per-layer regions), medians of per-round ratios with quartiles. \
+         Held peak: `remat::stats().peak_bytes` (largest over the timed steps; never above the budget, which the bench checks); \
+         allocator peak: the counting allocator's, as above (gradients and kernel temporaries included). \
+         Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)`, at the budget of the row \
+         nearest the point (its ladder is at the same fractions of the keep-all peak), as 1 + predicted replay time / SaveAll's step time.\n"
+    );
+    let target_rows: Vec<&Ratio> = ratios
+        .iter()
+        .filter(|r| r.what.contains("Budget"))
+        .collect();
+    if !target_rows.is_empty() {
+        let _ = writeln!(s, "Targets:\n");
+        let _ = writeln!(
+            s,
+            "| model | backend | ratio | value | quartiles | target | met |"
+        );
+        let _ = writeln!(s, "|---|---|---|---:|---|---:|---|");
+        for r in target_rows {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.3} | {} | {} | {} |",
+                r.model,
+                r.backend,
+                r.what,
+                r.value,
+                r.spread_text(),
+                r.target.map_or("-".into(), |t| format!("<= {t}")),
+                r.verdict()
+            );
+        }
+    }
+    for run in &results.runs {
+        let Some(budget) = &run.budget else { continue };
+        let save_all = find(run, "remat", "SaveAll");
+        let regions = find(run, "remat", "per-layer checkpoint");
+        let _ = writeln!(s, "\n### {} on {}\n", run.model, run.backend);
+        let _ = write!(
+            s,
+            "SaveAll holds {:.1} MiB at most (the 100%)",
+            mb(budget.saveall_peak_bytes as f64)
+        );
+        if let Some(p) = &budget.planner {
+            let _ = write!(
+                s,
+                "; the planner's smallest budget {:.1} MiB, keep-all peak {:.1} MiB, one forward {:.1} ms (measured op times)",
+                mb(p.min_budget_bytes as f64),
+                mb(p.keep_all_bytes as f64),
+                p.forward_cost_ns / 1e6
+            );
+        }
+        let _ = writeln!(s, ".\n");
+        let _ = writeln!(
+            s,
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted time / SaveAll |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
+        for point in &budget.points {
+            let e = budget_engine(run, point);
+            let asked = if point.requested_bytes == u64::MAX {
+                "u64::MAX".to_string()
+            } else {
+                format!("{:.1}", mb(point.requested_bytes as f64))
+            };
+            let ran = match point.ran_bytes {
+                Some(u64::MAX) => "u64::MAX".to_string(),
+                Some(b) if point.feasible() => format!("{:.1}", mb(b as f64)),
+                Some(b) => format!("too small; {:.1}", mb(b as f64)),
+                None => format!("too small (named {})", mib_text(point.named_min_bytes)),
+            };
+            let (ratio, spread) = match (e, save_all) {
+                (Some(e), Some(all)) => {
+                    let (v, q) = time_ratio(e, all);
+                    (
+                        format!("{v:.3}"),
+                        q.map_or(String::new(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]")),
+                    )
+                }
+                _ => ("-".into(), String::new()),
+            };
+            let predicted = budget
+                .planner
+                .as_ref()
+                .zip(point.ran_bytes)
+                .filter(|(_, b)| *b != u64::MAX)
+                .and_then(|(p, b)| planner_row(p, b))
+                .zip(save_all);
+            let _ = writeln!(
+                s,
+                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} |",
+                point.target,
+                e.map_or("-".into(), |e| format!("{:.1}", e.median_ms)),
+                mib_text(e.and_then(|e| e.remat_peak_bytes)),
+                mib_text(e.map(|e| e.peak_bytes)),
+                e.map_or("-".into(), |e| opt(e.replays)),
+                predicted.map_or("-".into(), |(r, _)| format!(
+                    "{:.1}",
+                    mb(r.peak_bytes as f64)
+                )),
+                predicted.map_or("-".into(), |(r, all)| format!(
+                    "{:.3}",
+                    predicted_ratio(r, all.median_ms)
+                )),
+            );
+        }
+        for e in run.engines.iter().filter(|e| e.budget_bytes.is_none()) {
+            let (ratio, spread) = match save_all {
+                Some(all) => {
+                    let (v, q) = time_ratio(e, all);
+                    (
+                        format!("{v:.3}"),
+                        q.map_or(String::new(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]")),
+                    )
+                }
+                None => ("-".into(), String::new()),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - |",
+                e.label,
+                e.median_ms,
+                mib_text(e.remat_peak_bytes),
+                mb(e.peak_bytes as f64),
+                opt(e.replays)
+            );
+        }
+        if let (Some(point), Some(reg)) = (
+            budget
+                .points
+                .iter()
+                .find(|p| p.target == "Budget per-layer peak"),
+            regions,
+        ) && let Some(e) = budget_engine(run, point)
+        {
+            let (v, q) = time_ratio(e, reg);
+            let _ = writeln!(
+                s,
+                "\nAt the per-layer regions' held peak ({:.1} MiB): the budget's step / the regions' step = {v:.3} {}; replays {} vs {}.",
+                mb(point.requested_bytes as f64),
+                q.map_or(String::new(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]")),
+                opt(e.replays),
+                opt(reg.replays)
+            );
+        }
+        for point in budget.points.iter().filter(|p| p.message.is_some()) {
+            let _ = writeln!(
+                s,
+                "\n- {} ({:.1} MiB) panicked: \"{}\"",
+                point.target,
+                mb(point.requested_bytes as f64),
+                point.message.as_deref().unwrap_or_default()
+            );
+        }
+        if let Some(p) = &budget.planner {
+            let _ = writeln!(
+                s,
+                "\nThe planner's curve (`remat::tradeoff()`):\n\n| budget MiB | predicted held peak MiB | predicted replays | replay time / one forward | predicted time / SaveAll |\n|---:|---:|---:|---:|---:|"
+            );
+            for r in &p.rows {
+                let _ = writeln!(
+                    s,
+                    "| {:.1} | {:.1} | {} | {:.3} | {} |",
+                    mb(r.budget_bytes as f64),
+                    mb(r.peak_bytes as f64),
+                    r.replays,
+                    r.recompute_fraction,
+                    save_all.map_or("-".into(), |all| format!(
+                        "{:.3}",
+                        predicted_ratio(r, all.median_ms)
+                    ))
+                );
+            }
+        }
+    }
 }
 
 const COLORS: [RGBColor; 6] = [
@@ -666,7 +1071,16 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
+/// The budget points' colour.
+const BUDGET_COLOR: RGBColor = RGBColor(140, 86, 75);
+
+/// The planner's predicted curve's colour.
+const PLANNER_COLOR: RGBColor = RGBColor(127, 127, 127);
+
 fn color_of(label: &str) -> RGBColor {
+    if label.contains("Budget") {
+        return BUDGET_COLOR;
+    }
     let order = [
         "burn/NoCheckpointing",
         "burn/BalancedCheckpointing",
@@ -846,14 +1260,188 @@ pub fn tradeoff_svg(results: &Results, path: &Path) -> Result<(), String> {
             let point = (e.median_ms, mb(e.peak_bytes as f64));
             // Labels alternate above and below so that close points stay readable.
             let dy = if i % 2 == 0 { -16 } else { 6 };
+            let label = match e.budget_bytes {
+                Some(_) => e.policy.replace("Budget ", "B "),
+                None => e.label.clone(),
+            };
             chart
                 .draw_series(std::iter::once(
                     EmptyElement::at(point)
                         + Circle::new((0, 0), 5, color.filled())
-                        + Text::new(e.label.clone(), (8, dy), ("sans-serif", 12)),
+                        + Text::new(label, (8, dy), ("sans-serif", 12)),
                 ))
                 .map_err(|e| e.to_string())?;
         }
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// (c) the budget curves: memory vs step time as a ratio to remat SaveAll, a panel per run
+/// with a budget curve (see the legend text in `RESULTS.md`).
+pub fn budget_svg(results: &Results, path: &Path) -> Result<(), String> {
+    let runs: Vec<&ModelRun> = results
+        .runs
+        .iter()
+        .filter(|r| r.budget.is_some() && find(r, "remat", "SaveAll").is_some())
+        .collect();
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let (rows, cols) = grid(runs.len());
+    let root = SVGBackend::new(path, (1400, 460 * rows as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let areas = root.split_evenly((rows, cols));
+    for (run, area) in runs.into_iter().zip(areas.iter()) {
+        let (Some(budget), Some(all)) = (&run.budget, find(run, "remat", "SaveAll")) else {
+            continue;
+        };
+        let ratio = |e: &EngineRun| time_ratio(e, all).0;
+        // Measured budget points, by budget (u64::MAX last).
+        let mut measured: Vec<(&EngineRun, f64)> = run
+            .engines
+            .iter()
+            .filter(|e| e.budget_bytes.is_some())
+            .map(|e| (e, ratio(e)))
+            .collect();
+        measured.sort_by_key(|(e, _)| e.budget_bytes);
+        let predicted: Vec<(f64, f64)> = budget.planner.as_ref().map_or(Vec::new(), |p| {
+            p.rows
+                .iter()
+                .map(|r| (predicted_ratio(r, all.median_ms), mb(r.peak_bytes as f64)))
+                .collect()
+        });
+        let others: Vec<(&EngineRun, f64)> = run
+            .engines
+            .iter()
+            .filter(|e| e.budget_bytes.is_none())
+            .map(|e| (e, ratio(e)))
+            .collect();
+        let xs = measured
+            .iter()
+            .chain(&others)
+            .map(|(_, x)| *x)
+            .chain(predicted.iter().map(|(x, _)| *x))
+            .filter(|x| x.is_finite());
+        let (x_lo, x_hi) = xs.fold((1.0f64, 1.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let y_max = measured
+            .iter()
+            .chain(&others)
+            .map(|(e, _)| mb(e.peak_bytes.max(e.remat_peak_bytes.unwrap_or(0)) as f64))
+            .chain(predicted.iter().map(|(_, y)| *y))
+            .fold(1.0, f64::max)
+            * 1.12;
+        let pad = (x_hi - x_lo).max(0.05) * 0.12;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!(
+                    "{} on {}: memory vs step time under Policy::Budget",
+                    run.model, run.backend
+                ),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d((x_lo - pad)..(x_hi + 2.5 * pad), 0f64..y_max)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("step time / remat SaveAll (median of per-round ratios)")
+            .y_desc("MiB")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let held: Vec<(f64, f64)> = measured
+            .iter()
+            .filter_map(|(e, x)| e.remat_peak_bytes.map(|b| (*x, mb(b as f64))))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(held.clone(), BUDGET_COLOR.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label("budget points: held peak (remat stats)")
+            .legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], BUDGET_COLOR.stroke_width(2))
+            });
+        chart
+            .draw_series(measured.iter().filter_map(|(e, x)| {
+                let b = e.remat_peak_bytes?;
+                let label = e.policy.replace("Budget ", "");
+                Some(
+                    EmptyElement::at((*x, mb(b as f64)))
+                        + Circle::new((0, 0), 4, BUDGET_COLOR.filled())
+                        + Text::new(label, (6, -14), ("sans-serif", 11)),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        let alloc: Vec<(f64, f64)> = measured
+            .iter()
+            .map(|(e, x)| (*x, mb(e.peak_bytes as f64)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(
+                alloc.clone(),
+                BUDGET_COLOR.mix(0.6).stroke_width(1),
+            ))
+            .map_err(|e| e.to_string())?
+            .label("budget points: allocator peak")
+            .legend(|(x, y)| {
+                PathElement::new(
+                    vec![(x, y), (x + 18, y)],
+                    BUDGET_COLOR.mix(0.6).stroke_width(1),
+                )
+            });
+        chart
+            .draw_series(
+                alloc
+                    .iter()
+                    .map(|&p| Cross::new(p, 4, BUDGET_COLOR.mix(0.6).stroke_width(1))),
+            )
+            .map_err(|e| e.to_string())?;
+        if !predicted.is_empty() {
+            chart
+                .draw_series(
+                    predicted
+                        .iter()
+                        .map(|&p| Circle::new(p, 4, PLANNER_COLOR.stroke_width(1))),
+                )
+                .map_err(|e| e.to_string())?
+                .label("planner: predicted held peak")
+                .legend(|(x, y)| Circle::new((x + 9, y), 4, PLANNER_COLOR.stroke_width(1)));
+            // A dotted line: short segments between consecutive predicted points.
+            for pair in predicted.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                let dots: Vec<(f64, f64)> = (0..=10)
+                    .map(|k| {
+                        let t = k as f64 / 10.0;
+                        (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t)
+                    })
+                    .collect();
+                chart
+                    .draw_series(
+                        dots.into_iter()
+                            .map(|p| Circle::new(p, 1, PLANNER_COLOR.filled())),
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        for (i, (e, x)) in others.iter().enumerate() {
+            let color = color_of(&e.label);
+            let dy = if i % 2 == 0 { -16 } else { 6 };
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((*x, mb(e.peak_bytes as f64)))
+                        + Circle::new((0, 0), 5, color.filled())
+                        + Text::new(e.label.clone(), (8, dy), ("sans-serif", 11)),
+                ))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())
 }
