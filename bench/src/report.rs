@@ -848,19 +848,28 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
     if results.runs.iter().any(|r| r.budget.is_some()) {
         let _ = writeln!(
             s,
-            "The budget curves: memory against step time as a ratio to remat SaveAll (per-round medians). Filled line: the budget points' peak of bytes remat holds (what a budget bounds); thin line with crosses: the same points' allocator peak (gradients and kernel temporaries included); dotted hollow circles: the planner's predicted curve (predicted held peak at 1 + predicted replay time / SaveAll's step time); labelled dots: the other engines' allocator peak.\n\n![budget pareto](budget_pareto.svg)"
+            "The budget curves: memory against step time as a ratio to remat SaveAll (per-round medians). x on a log scale. Filled line: the budget points' peak of bytes remat holds (what a budget bounds); thin line with crosses: the same points' allocator peak (gradients and kernel temporaries included); dotted hollow circles: the planner's predicted curve (predicted held peak at 1 + predicted replay time / SaveAll's step time); labelled dots: the other engines' allocator peak.\n\n![budget pareto](budget_pareto.svg)"
         );
     }
     std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The planner's row for a budget: the one whose budget is nearest (within 3%), if any.
-fn planner_row(curve: &PlannerCurve, bytes: u64) -> Option<&PlannerRow> {
-    curve
-        .rows
-        .iter()
-        .min_by_key(|r| r.budget_bytes.abs_diff(bytes))
-        .filter(|r| (r.budget_bytes.abs_diff(bytes) as f64) <= 0.03 * bytes as f64)
+/// The planner's prediction at a budget: linear between the ladder's rows around it (the
+/// planner's curve is only known at its rows); `None` below the smallest row.
+fn planner_row(curve: &PlannerCurve, bytes: u64) -> Option<PlannerRow> {
+    let lo = curve.rows.iter().rfind(|r| r.budget_bytes <= bytes)?;
+    let Some(hi) = curve.rows.iter().find(|r| r.budget_bytes > bytes) else {
+        return Some(lo.clone());
+    };
+    let t = (bytes - lo.budget_bytes) as f64 / (hi.budget_bytes - lo.budget_bytes) as f64;
+    let mix = |a: f64, b: f64| a + (b - a) * t;
+    Some(PlannerRow {
+        budget_bytes: bytes,
+        peak_bytes: mix(lo.peak_bytes as f64, hi.peak_bytes as f64) as u64,
+        recompute_cost_ns: mix(lo.recompute_cost_ns, hi.recompute_cost_ns),
+        recompute_fraction: mix(lo.recompute_fraction, hi.recompute_fraction),
+        replays: mix(lo.replays as f64, hi.replays as f64).round() as u64,
+    })
 }
 
 /// The predicted step-time ratio to SaveAll of a planner row: one step plus the replays.
@@ -888,10 +897,11 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          step, the point marked too small, and its row measured at the named budget instead. \
          `Budget per-layer peak` is the per-layer regions' own held peak (transformer only). \
          Ratios are to remat SaveAll (or, for the per-layer point, to the per-layer regions), medians of per-round ratios with quartiles. \
-         Held peak: `remat::stats().peak_bytes` (largest over the timed steps; never above the budget, which the bench checks); \
+         Held peak: `remat::stats().peak_bytes` (largest over the timed steps; a point whose held peak passes its budget is listed as a problem in its model's section above); \
          allocator peak: the counting allocator's, as above (gradients and kernel temporaries included). \
-         Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)`, at the budget of the row \
-         nearest the point (its ladder is at the same fractions of the keep-all peak), as 1 + predicted replay time / SaveAll's step time.\n"
+         Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)` (op times measured in that \
+         step's forward), interpolated linearly between the ladder's rows around the point's budget, \
+         as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table.\n"
     );
     let target_rows: Vec<&Ratio> = ratios
         .iter()
@@ -940,9 +950,12 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, ".\n");
         let _ = writeln!(
             s,
-            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted time / SaveAll |"
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll |"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+        );
         for point in &budget.points {
             let e = budget_engine(run, point);
             let asked = if point.requested_bytes == u64::MAX {
@@ -975,17 +988,20 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                 .zip(save_all);
             let _ = writeln!(
                 s,
-                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} |",
+                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} |",
                 point.target,
                 e.map_or("-".into(), |e| format!("{:.1}", e.median_ms)),
                 mib_text(e.and_then(|e| e.remat_peak_bytes)),
                 mib_text(e.map(|e| e.peak_bytes)),
                 e.map_or("-".into(), |e| opt(e.replays)),
-                predicted.map_or("-".into(), |(r, _)| format!(
+                predicted.as_ref().map_or("-".into(), |(r, _)| format!(
                     "{:.1}",
                     mb(r.peak_bytes as f64)
                 )),
-                predicted.map_or("-".into(), |(r, all)| format!(
+                predicted
+                    .as_ref()
+                    .map_or("-".into(), |(r, _)| r.replays.to_string()),
+                predicted.as_ref().map_or("-".into(), |(r, all)| format!(
                     "{:.3}",
                     predicted_ratio(r, all.median_ms)
                 )),
@@ -1004,7 +1020,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - |",
+                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - | - |",
                 e.label,
                 e.median_ms,
                 mib_text(e.remat_peak_bytes),
@@ -1342,11 +1358,14 @@ pub fn budget_svg(results: &Results, path: &Path) -> Result<(), String> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(60)
-            .build_cartesian_2d((x_lo - pad)..(x_hi + 2.5 * pad), 0f64..y_max)
+            .build_cartesian_2d(
+                ((x_lo * 0.95).min(x_lo - pad).max(0.05)..(x_hi * 1.25)).log_scale(),
+                0f64..y_max,
+            )
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("step time / remat SaveAll (median of per-round ratios)")
+            .x_desc("step time / remat SaveAll (median of per-round ratios; log scale)")
             .y_desc("MiB")
             .draw()
             .map_err(|e| e.to_string())?;
