@@ -901,7 +901,9 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          allocator peak: the counting allocator's, as above (gradients and kernel temporaries included). \
          Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)` (op times measured in that \
          step's forward), interpolated linearly between the ladder's rows around the point's budget, \
-         as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table.\n"
+         as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table. \
+         The held peak is what a budget bounds; the allocator's peak also counts the weight gradients, which backward \
+         accumulates whatever the budget (96 MiB on the MLP, where they dominate it), rebuilt values that meet them, and kernel temporaries.\n"
     );
     let target_rows: Vec<&Ratio> = ratios
         .iter()
