@@ -374,10 +374,10 @@ fn each_recorded_op_keeps_a_fixed_number_of_bytes() {
 /// under every policy, each on a thread with a 2 MiB stack: the time per op at 1M must be
 /// within 1.5x of that at 100k, and within 2x of that at 10k.
 ///
-/// Why 100k is the reference for the 1.5x: a 10k-op graph (6 to 10 MB, more with the
-/// transient values) fits in the last-level cache of the machine this ran on (32 MiB), a
-/// 100k-op graph does not, and the time per op steps up between the two (by 1.25x to 1.5x in
-/// CPU time), then stays flat to 1M (docs/SCALE.md has the figures). That step is the memory
+/// Why 100k is the reference for the 1.5x: a 10k-op graph (a few MB: 200 to 1,000 bytes per
+/// op, plus the values in flight in backward) fits in the last-level cache of the machine this
+/// ran on (32 MiB), a 100k-op graph does not, and the time per op steps up between the two
+/// (by 1.25x to 1.6x in CPU time), then stays flat to 1M (docs/SCALE.md has the figures). That step is the memory
 /// hierarchy, the same for any linear algorithm over a heap of that size; a superlinear one
 /// (a sort, a search of a list, even an O(log n) map lookup per op) keeps growing past it,
 /// which the 100k-to-1M ratio catches with a wide margin against noise.
