@@ -377,7 +377,7 @@ fn each_recorded_op_keeps_a_fixed_number_of_bytes() {
 /// Why 100k is the reference for the 1.5x: a 10k-op graph (a few MB: 200 to 1,000 bytes per
 /// op, plus the values in flight in backward) fits in the last-level cache of the machine this
 /// ran on (32 MiB), a 100k-op graph does not, and the time per op steps up between the two
-/// (by 1.25x to 1.6x in CPU time), then stays flat to 1M (docs/SCALE.md has the figures).
+/// (by 1.2x to 1.6x in CPU time), then stays flat to 1M (docs/SCALE.md has the figures).
 /// That step is the memory hierarchy, the same for any linear algorithm over a heap of that
 /// size. Past it, a cost per op that grows with the graph (a scan of a list, a walk back to
 /// the leaves) grows 10x from 100k to 1M and fails the bound at once; a logarithmic one (a
