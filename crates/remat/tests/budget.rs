@@ -193,3 +193,32 @@ fn a_1000_op_chain_replays_within_10_percent_of_revolve_once_planned() {
         }
     }
 }
+
+#[test]
+fn saved_values_lists_what_the_budget_dropped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let device = Default::default();
+    let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
+    let x = A::float_set_require_grad(x, true);
+    let budget = 4 * VALUE;
+    remat::with_policy(Policy::Budget(budget), || {
+        let mut y: T = x.clone();
+        for _ in 0..10 {
+            y = A::float_sin(y);
+        }
+        let saved = remat::saved_values();
+        // The 9 values the sins after the first read: 4 kept, 5 dropped.
+        assert_eq!(saved.kept_bytes(), budget);
+        assert_eq!(saved.dropped().len(), 5);
+        assert_eq!(saved.dropped_bytes(), 5 * VALUE);
+        assert!(saved.dropped().iter().all(|v| v.op == "sin"));
+        let text = saved.to_string();
+        assert!(
+            text.contains("dropped by the budget, rebuilt when read: 5 values"),
+            "{text}"
+        );
+        let grads = A::float_sum(y).backward();
+        assert!(<A as AutodiffBackend>::grad(&x, &grads).is_some());
+        assert!(remat::saved_values().dropped().is_empty());
+    });
+}

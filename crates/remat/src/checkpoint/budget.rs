@@ -376,11 +376,9 @@ pub(crate) fn on_record<B: Backend>(
         Ok(actions) => actions,
         Err((budget, error)) => too_small(budget, &error, Some(name)),
     };
-    // Evictions first: the held bytes never pass the budget between two actions.
-    let (evictions, keeps): (Vec<Apply>, Vec<Apply>) = actions
-        .into_iter()
-        .partition(|a| matches!(a, Apply::Evict(_)));
-    for action in evictions.into_iter().chain(keeps) {
+    // In the planner's order (a plan may keep a value and drop it again before the next op
+    // to make room for that op's constants).
+    for action in actions {
         match action {
             Apply::KeepOutput => keep(node, output),
             Apply::KeepInput(producer) => {
@@ -395,6 +393,57 @@ pub(crate) fn on_record<B: Backend>(
             }
         }
     }
+    if cfg!(any(debug_assertions, feature = "export_tests")) {
+        check_forward(budget_id);
+    }
+}
+
+/// Test and debug builds: the bytes the thread's session holds now, counted from the values
+/// themselves, are within the budget (for sessions of up to 4096 ops: the count is linear).
+fn check_forward(budget_id: u32) {
+    let held = SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let session = cell.as_ref()?;
+        (session.handles.len() <= 4096 && session.budget_id == budget_id).then(|| {
+            session
+                .handles
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|n| !n.is_consumed())
+                .map(|n| n.budget_bytes_now())
+                .sum::<u64>()
+        })
+    });
+    let budget = bytes_of(budget_id);
+    if let Some(held) = held {
+        assert!(
+            held <= budget,
+            "remat internal error: the forward pass holds {held} bytes under a budget of {budget}"
+        );
+    }
+}
+
+/// The values this thread's budget dropped that a backward step (or a replay) will read:
+/// rebuilt when read.
+pub(crate) fn dropped() -> Vec<crate::stats::DroppedValue> {
+    SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let Some(session) = cell.as_ref() else {
+            return Vec::new();
+        };
+        session
+            .handles
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|n| !n.is_consumed())
+            .filter_map(|n| {
+                n.evicted_bytes().map(|bytes| crate::stats::DroppedValue {
+                    op: n.name(),
+                    bytes,
+                })
+            })
+            .collect()
+    })
 }
 
 /// Stores `value` in `node`'s slot unless it is stored (a value the planner keeps before
