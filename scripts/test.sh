@@ -5,12 +5,22 @@
 #   2. the oracle's own tests: backend-level parity, Burn's autodiff vs remat in one process;
 #   3. every test of the main workspace, including the model-level parity test that reads the
 #      references of step 1 (required here: a missing reference is a failure, not a skip);
-#   4. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
+#   4. the engine's own tests (crates/remat: unit tests and tests/) again, twice: built in
+#      release (debug_assert!s and debug-only checks off, as users ship it), and with the
+#      optional `tracing` and `export_tests` features on;
+#   5. the benchmark workspace (bench/, Burn's own autodiff next to remat) builds, every target;
+#   6. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
 #      projects, the newest Burn 0.22.x and one pinned to 0.22.0 with an old lock, must
 #      resolve burn-autodiff to this repository and train on remat;
-#   5. lints: rustfmt (every workspace, first: it takes seconds), clippy with warnings as
-#      errors (the main and oracle workspaces, every target), rustdoc with warnings as errors
-#      (the published crates).
+#   7. lints: rustfmt (every workspace, first: it takes seconds), clippy with warnings as
+#      errors (the main, oracle and bench workspaces, every target; remat and burn-autodiff
+#      also with `tracing` and `export_tests` on), rustdoc with warnings as errors (the
+#      published crates).
+# Cost on a clean 2-core runner: about 23 minutes without steps 4-5, which add about 11
+# (each is a further Burn build: release; debug with burn-backend's `tracing`; bench's own
+# dev profile). Measured cold on a shared 2-core machine under load (wall times inflated):
+# release build 7.7 min + tests 0.4; tracing rebuild and tests 5.3; bench clippy 2.6 and
+# build 4.3; about 14 CPU-minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -62,15 +72,40 @@ cargo test --workspace || fail "the main workspace tests (cargo test --workspace
 elapsed "$start"
 
 start=$SECONDS
+step "engine tests in release (debug assertions off): cargo test --release -p remat"
+cargo test --release -p remat || fail "the engine's tests in release (cargo test --release -p remat)"
+elapsed "$start"
+
+start=$SECONDS
+step "engine tests with its optional features: cargo test -p remat --features tracing,export_tests"
+cargo test -p remat --features tracing,export_tests \
+    || fail "the engine's tests with features (cargo test -p remat --features tracing,export_tests)"
+elapsed "$start"
+
+start=$SECONDS
+step "bench workspace builds (bench/, every target)"
+# Into this script's CARGO_TARGET_DIR (it overrides bench/.cargo/config.toml's target-dir).
+# Without debug info: the check is that it compiles and links; with it, the bench binary
+# alone is ~490 MB and the build ~2 GB of CI's disk.
+CARGO_PROFILE_DEV_DEBUG=false cargo build --manifest-path bench/Cargo.toml --all-targets \
+    || fail "the bench build (cargo build --manifest-path bench/Cargo.toml --all-targets)"
+elapsed "$start"
+
+start=$SECONDS
 step "fresh Burn projects set up as README.md says (newest 0.22.x; =0.22.0 with an old lock)"
 ./scripts/fresh-projects.sh || fail "the fresh-project check (scripts/fresh-projects.sh)"
 elapsed "$start"
 
 start=$SECONDS
-step "clippy -D warnings (main and oracle workspaces, all targets); rustdoc -D warnings"
+step "clippy -D warnings (main, oracle, bench; remat with features; all targets); rustdoc -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings || fail "cargo clippy (main workspace)"
 cargo clippy --manifest-path oracle/Cargo.toml --all-targets -- -D warnings \
     || fail "cargo clippy (oracle workspace)"
+cargo clippy --manifest-path bench/Cargo.toml --all-targets -- -D warnings \
+    || fail "cargo clippy (bench workspace)"
+cargo clippy -p remat -p burn-autodiff --all-targets \
+    --features remat/tracing,remat/export_tests -- -D warnings \
+    || fail "cargo clippy (remat and burn-autodiff with tracing and export_tests)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p remat -p burn-autodiff \
     || fail "cargo doc (remat, burn-autodiff)"
 elapsed "$start"

@@ -261,7 +261,11 @@ impl Program for EndsOnNdArray {
 }
 
 /// Runs `program` on both engines and compares (see the module docs).
+/// `remat::stats()` is process-wide: the tests of this file compare it one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn compare(name: &str, program: &impl Program, leaves: &[Leaf]) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let before = remat::stats().live_bytes;
     let ours = program.run::<RematNo<false>>(leaves);
     assert!(

@@ -15,7 +15,10 @@
 //! - `balanced`: drop cheap element-wise outputs, replay them in backward (Burn's balanced
 //!   checkpointing, the default);
 //! - `recompute-all`: keep only what cannot be rebuilt;
-//! - `regions`: one `remat::checkpoint` region per encoder layer, `SaveAll` elsewhere.
+//! - `regions`: one `remat::checkpoint` region per encoder layer, `SaveAll` elsewhere;
+//! - `--budget MIB`: `remat::Policy::Budget`, at most that many MiB held for backward at
+//!   any moment of a step, at the least recompute remat finds (`--tradeoff` prints the
+//!   predicted extra compute for a ladder of budgets, to pick one).
 //!
 //! At the end the chosen policy and `SaveAll` run a few more steps each, alternately, on the
 //! same weights and batch, and a table compares step time, memory and replays. Memory is
@@ -127,6 +130,8 @@ enum Mode {
     Balanced,
     RecomputeAll,
     Regions,
+    /// `remat::Policy::Budget`, in bytes.
+    Budget(u64),
 }
 
 impl Mode {
@@ -147,12 +152,16 @@ impl Mode {
             Mode::SaveAll | Mode::Regions => Policy::SaveAll,
             Mode::Balanced => Policy::Balanced,
             Mode::RecomputeAll => Policy::RecomputeAll,
+            Mode::Budget(bytes) => Policy::Budget(bytes),
         }
     }
 }
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Mode::Budget(bytes) = self {
+            return write!(f, "budget {}", human(*bytes as f64));
+        }
         let name = Self::ALL.iter().find(|(_, m)| m == self).map(|(n, _)| *n);
         f.write_str(name.unwrap_or("?"))
     }
@@ -163,6 +172,7 @@ struct Args {
     mode: Mode,
     steps: usize,
     saved: bool,
+    tradeoff: bool,
 }
 
 fn usage() -> String {
@@ -170,17 +180,21 @@ fn usage() -> String {
         "\
 Trains a small transformer to sort (or reverse) sequences of digits, on remat.
 
-usage: train [--policy save-all|balanced|recompute-all|regions] [--steps N] [--task sort|reverse]
-             [--saved]
+usage: train [--policy save-all|balanced|recompute-all|regions] [--budget MIB] [--steps N]
+             [--task sort|reverse] [--saved] [--tradeoff]
 
   --policy P   what is kept for backward (default: balanced)
                save-all       keep everything backward reads (Burn's NoCheckpointing)
                balanced       replay cheap element-wise ops (Burn's balanced checkpointing)
                recompute-all  keep only what cannot be rebuilt
                regions        one remat::checkpoint region per encoder layer
+  --budget MIB hold at most MIB mebibytes for backward at any moment (remat::Policy::Budget),
+               at the least recompute; replaces --policy
   --steps N    training steps (default: {DEFAULT_STEPS})
   --task T     sort (default) or reverse the digits
-  --saved      also list every value kept after one forward pass (remat::saved_values)"
+  --saved      also list every value kept after one forward pass (remat::saved_values)
+  --tradeoff   also print remat::tradeoff(): budgets against predicted extra compute, from one
+               step run under an unbounded budget (to choose --budget without trial runs)"
     )
 }
 
@@ -190,6 +204,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         mode: Mode::Balanced,
         steps: DEFAULT_STEPS,
         saved: false,
+        tradeoff: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -224,7 +239,19 @@ fn parse_args() -> Result<Option<Args>, String> {
                     other => return Err(format!("unknown task {other:?}")),
                 }
             }
+            "--budget" => {
+                let v = value("--budget")?;
+                let mib: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|m: &f64| m.is_finite() && *m > 0.0)
+                    .ok_or_else(|| {
+                        format!("--budget: expected a positive number of MiB, got {v:?}")
+                    })?;
+                args.mode = Mode::Budget((mib * 1024.0 * 1024.0) as u64);
+            }
             "--saved" => args.saved = true,
+            "--tradeoff" => args.tradeoff = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -679,6 +706,17 @@ fn main() -> ExitCode {
             );
         }
         println!("  {:<20} {:>11}  {:>10}", "total", "", human(total as f64));
+    }
+
+    if args.tradeoff {
+        step(&model, &loss_fn, &data, Mode::Budget(u64::MAX), false);
+        remat::reset_policy();
+        match remat::tradeoff() {
+            Some(report) => println!(
+                "\nbudget trade-off predicted from one step (pass one to --budget in MiB):\n{report}"
+            ),
+            None => println!("\nno step ran under a budget: no trade-off to report"),
+        }
     }
 
     if args.saved {

@@ -39,5 +39,7 @@ pub use checkpoint::policy::{
     set_policy, with_policy,
 };
 pub use graph::NodeId;
-pub use stats::{KeepReason, SavedValue, SavedValues, Stats, reset_stats, saved_values, stats};
+pub use stats::{
+    DroppedValue, KeepReason, SavedValue, SavedValues, Stats, reset_stats, saved_values, stats,
+};
 pub use tensor::AutodiffTensor;

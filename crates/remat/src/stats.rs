@@ -79,7 +79,18 @@ pub struct SavedValue {
 /// Every value currently kept for backward, in the order they were kept (like JAX's
 /// saved-residuals view). `Display` prints a table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SavedValues(pub Vec<SavedValue>);
+pub struct SavedValues(pub Vec<SavedValue>, Vec<DroppedValue>);
+
+/// A value a [`Policy::Budget`](crate::Policy::Budget) dropped on this thread: a backward
+/// step (or a replay) will read it, and it is rebuilt then. Listed by
+/// [`SavedValues::dropped`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DroppedValue {
+    /// The op that produced it.
+    pub op: &'static str,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
 
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 
@@ -269,7 +280,10 @@ pub fn saved_values() -> SavedValues {
     }
     drop(registry);
     values.sort_unstable_by_key(|(id, _)| *id);
-    SavedValues(values.into_iter().map(|(_, value)| value).collect())
+    SavedValues(
+        values.into_iter().map(|(_, value)| value).collect(),
+        crate::checkpoint::budget::dropped(),
+    )
 }
 
 impl fmt::Display for SavedValues {
@@ -299,11 +313,43 @@ impl fmt::Display for SavedValues {
             self.0.len(),
             format_bytes(self.kept_bytes()),
             format_bytes(self.leaf_bytes())
-        )
+        )?;
+        if !self.1.is_empty() {
+            let mut by_op: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+            for v in &self.1 {
+                let entry = by_op.entry(v.op).or_default();
+                entry.0 += 1;
+                entry.1 += v.bytes;
+            }
+            let ops: Vec<String> = by_op
+                .iter()
+                .map(|(op, (n, bytes))| format!("{op} x{n} ({})", format_bytes(*bytes)))
+                .collect();
+            write!(
+                f,
+                "\ndropped by the budget, rebuilt when read: {} values, {}: {}",
+                self.1.len(),
+                format_bytes(self.dropped_bytes()),
+                ops.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 
 impl SavedValues {
+    /// The values this thread's [`Policy::Budget`](crate::Policy::Budget) dropped when the
+    /// list was taken (a backward step will read them; they are rebuilt then). Empty
+    /// outside a budget.
+    pub fn dropped(&self) -> &[DroppedValue] {
+        &self.1
+    }
+
+    /// Bytes of [`SavedValues::dropped`].
+    pub fn dropped_bytes(&self) -> u64 {
+        self.1.iter().map(|v| v.bytes).sum()
+    }
+
     /// Bytes of the listed values that remat keeps (every reason but [`KeepReason::Leaf`]):
     /// [`Stats::live_bytes`] when the list was taken.
     pub fn kept_bytes(&self) -> u64 {

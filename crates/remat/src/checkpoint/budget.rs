@@ -43,7 +43,9 @@ use burn_backend::tensor::FloatTensor;
 
 use crate::checkpoint::policy::Cost;
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, ScheduleEntry, Slot};
-use crate::planner::{self, Action, Dtr, GraphView, Tradeoff};
+use crate::planner::{
+    self, Action, CachedPlan, Dtr, GraphView, PlanCache, ScheduleIndex, Tradeoff, same_structure,
+};
 use crate::stats::KeepReason;
 
 /// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
@@ -58,6 +60,18 @@ thread_local! {
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
     /// The view of the last pass under a budget run on this thread.
     static THREAD_VIEW: RefCell<Option<Arc<GraphView>>> = const { RefCell::new(None) };
+    /// Plans for the steps this thread ran under a budget, by graph signature.
+    static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
+}
+
+/// How many plans a thread keeps (a training loop has one graph per step; a few more cover
+/// evaluation graphs and several losses).
+const PLANS_KEPT: usize = 8;
+
+/// A cached plan the thread's current step follows while its ops match the plan's view.
+struct Follow {
+    plan: CachedPlan,
+    index: ScheduleIndex,
 }
 
 /// The id of budget `bytes` (never 0).
@@ -116,6 +130,8 @@ struct Session {
     index: HashMap<NodeId, u32, IdBuildHasher>,
     /// Compact when this many nodes are listed.
     compact_at: usize,
+    /// The cached plan this step follows (planned mode), while its ops match.
+    follow: Option<Follow>,
 }
 
 impl Session {
@@ -131,6 +147,7 @@ impl Session {
             ids: Vec::new(),
             index: HashMap::default(),
             compact_at: 1024,
+            follow: None,
         }
     }
 
@@ -283,10 +300,54 @@ pub(crate) fn on_record<B: Backend>(
             .replayable(replayable)
             .fixed_bytes(fixed_bytes)
             .forced((in_region && replayable).then_some(planner::Forced::Recompute));
+        if index == 0 && session.follow.is_none() {
+            // A new step: follow the plan of the last step run under this budget, if any.
+            session.follow = PLANS.with(|plans| {
+                let plan = plans.borrow().most_recent(session.budget)?.clone();
+                let index = plan.schedule.index();
+                Some(Follow { plan, index })
+            });
+        }
+        let planned = session.follow.as_ref().and_then(|follow| {
+            let view = &follow.plan.view;
+            let same = (index as usize) < view.len() && same_structure(&entry, view.node(index));
+            same.then(|| follow.index.forward(index as usize))
+                .flatten()
+                .map(|range| follow.plan.schedule.actions()[range].to_vec())
+        });
+        if planned.is_none() && session.follow.take().is_some() && index > 0 {
+            // The step departs from the plan: online from here, from the state the plan left.
+            let held: Vec<u32> = (0..index)
+                .filter(|&v| {
+                    session.handles[v as usize]
+                        .upgrade()
+                        .is_some_and(|n| n.is_held())
+                })
+                .collect();
+            match Dtr::resume(session.budget, session.nodes.clone(), &held) {
+                Ok(dtr) => session.dtr = dtr,
+                Err(error) => {
+                    let budget = session.budget;
+                    *cell = None;
+                    return Err((budget, error));
+                }
+            }
+        }
         session.nodes.push(entry.clone());
         session.handles.push(handle);
         session.ids.push(id);
         session.index.insert(id, index);
+        if let Some(actions) = planned {
+            return Ok(actions
+                .iter()
+                .filter_map(|action| match *action {
+                    Action::Keep(v) if v == index => Some(Apply::KeepOutput),
+                    Action::Keep(v) => Some(Apply::KeepInput(session.ids[v as usize])),
+                    Action::Free(v) => Some(Apply::Evict(session.handles[v as usize].clone())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>());
+        }
         match session.dtr.on_compute(entry) {
             Ok(actions) => Ok(actions
                 .iter()
@@ -315,11 +376,9 @@ pub(crate) fn on_record<B: Backend>(
         Ok(actions) => actions,
         Err((budget, error)) => too_small(budget, &error, Some(name)),
     };
-    // Evictions first: the held bytes never pass the budget between two actions.
-    let (evictions, keeps): (Vec<Apply>, Vec<Apply>) = actions
-        .into_iter()
-        .partition(|a| matches!(a, Apply::Evict(_)));
-    for action in evictions.into_iter().chain(keeps) {
+    // In the planner's order (a plan may keep a value and drop it again before the next op
+    // to make room for that op's constants).
+    for action in actions {
         match action {
             Apply::KeepOutput => keep(node, output),
             Apply::KeepInput(producer) => {
@@ -334,12 +393,64 @@ pub(crate) fn on_record<B: Backend>(
             }
         }
     }
+    if cfg!(any(debug_assertions, feature = "export_tests")) {
+        check_forward(budget_id);
+    }
 }
 
-/// Stores `value` in `node`'s slot if it waits for a rebuild.
+/// Test and debug builds: the bytes the thread's session holds now, counted from the values
+/// themselves, are within the budget (for sessions of up to 4096 ops: the count is linear).
+fn check_forward(budget_id: u32) {
+    let held = SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let session = cell.as_ref()?;
+        (session.handles.len() <= 4096 && session.budget_id == budget_id).then(|| {
+            session
+                .handles
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|n| !n.is_consumed())
+                .map(|n| n.budget_bytes_now())
+                .sum::<u64>()
+        })
+    });
+    let budget = bytes_of(budget_id);
+    if let Some(held) = held {
+        assert!(
+            held <= budget,
+            "remat internal error: the forward pass holds {held} bytes under a budget of {budget}"
+        );
+    }
+}
+
+/// The values this thread's budget dropped that a backward step (or a replay) will read:
+/// rebuilt when read.
+pub(crate) fn dropped() -> Vec<crate::stats::DroppedValue> {
+    SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let Some(session) = cell.as_ref() else {
+            return Vec::new();
+        };
+        session
+            .handles
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|n| !n.is_consumed())
+            .filter_map(|n| {
+                n.evicted_bytes().map(|bytes| crate::stats::DroppedValue {
+                    op: n.name(),
+                    bytes,
+                })
+            })
+            .collect()
+    })
+}
+
+/// Stores `value` in `node`'s slot unless it is stored (a value the planner keeps before
+/// its first reader is recorded is not marked needed yet).
 fn keep<B: Backend>(node: &Node<B>, value: &FloatTensor<B>) {
     let mut state = node.lock();
-    if matches!(state.slot, Slot::Evicted(_)) {
+    if !matches!(state.slot, Slot::Stored(_)) {
         let reason = if node.placement.leaf_view {
             KeepReason::Leaf
         } else {
@@ -424,7 +535,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
             })
             .collect()
     };
-    let mut nodes = Vec::with_capacity(by_id.len());
+    let mut nodes: Vec<planner::Node> = Vec::with_capacity(by_id.len());
     let mut held = Vec::new();
     let mut held_bytes = 0;
     for (i, &k) in by_id.iter().enumerate() {
@@ -448,6 +559,28 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         held_bytes += e.fixed_bytes;
     }
     let step_order: Vec<u32> = entries.iter().map(|(_, e)| index[&e.id]).collect();
+    // When this thread's session recorded exactly the pass's ops, its nodes are the view:
+    // they carry the forward pass's measured times and marks, and match the plan the step
+    // may have followed (the pass's own description agrees with them on everything else).
+    let (session_view, follow) = SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let Some(session) = cell.as_mut() else {
+            return (None, None);
+        };
+        let aligned = session.ids.len() == by_id.len()
+            && by_id
+                .iter()
+                .zip(&session.ids)
+                .all(|(&k, id)| entries[k].1.id == *id);
+        let follow = session.follow.take();
+        (
+            aligned.then(|| session.nodes.clone()),
+            follow.filter(|_| aligned),
+        )
+    });
+    if let Some(session_nodes) = session_view {
+        nodes = session_nodes;
+    }
     let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
         panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
     });
@@ -482,7 +615,37 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         Ok(per_node)
     };
     let attempt = |held: &[u32]| attempt_under(budget, held);
-    let mut per_node = match attempt(&held) {
+    let signature = planner::signature(&view);
+    // Planned mode: the step followed a cached plan for this very graph through its forward
+    // pass, and holds what the plan holds: carry out the plan's backward.
+    let followed = follow
+        .filter(|f| f.plan.signature == signature && f.plan.budget_bytes == budget)
+        .and_then(|f| {
+            let start = f.index.backward(0)?.start;
+            let mut expected: Vec<u32> = Vec::new();
+            for action in &f.plan.schedule.actions()[..start] {
+                match *action {
+                    Action::Keep(v) => expected.push(v),
+                    Action::Free(v) => expected.retain(|&x| x != v),
+                    _ => {}
+                }
+            }
+            expected.sort_unstable();
+            expected.dedup();
+            let mut now = held.clone();
+            now.sort_unstable();
+            (expected == now).then_some(f)
+        })
+        .map(|f| {
+            let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
+            for (p, (pos, _)) in entries.iter().enumerate() {
+                if let Some(range) = f.index.backward(p) {
+                    per_node[*pos] = f.plan.schedule.actions()[range].to_vec();
+                }
+            }
+            per_node
+        });
+    let mut per_node = match followed.map_or_else(|| attempt(&held), Ok) {
         Ok(per_node) => per_node,
         Err(_) => {
             // The forward pass left a state the backward pass cannot continue from within
@@ -546,6 +709,12 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         }
     }
     LAST_BUDGET.store(budget, Ordering::Relaxed);
+    // Plan the next steps of this graph once (planned mode); they follow the plan from
+    // their first op.
+    let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, budget).is_some());
+    if !cached && let Ok(schedule) = planner::plan(&view, budget) {
+        PLANS.with(|plans| plans.borrow_mut().insert(view.clone(), budget, schedule));
+    }
     let view = Arc::new(view);
     THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);

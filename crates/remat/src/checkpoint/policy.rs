@@ -432,8 +432,8 @@ pub(crate) fn in_region<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The decision for one recorded op: whether its output may be rebuilt, and the region
-/// instance it was recorded in (0 outside any region).
+/// The decision for one recorded op: whether its output may be rebuilt, and the outermost
+/// region instance it was recorded in (0 outside any region).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placement {
     pub(crate) recompute: bool,
@@ -459,7 +459,10 @@ pub(crate) struct Placement {
 pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement {
     let (region, answer) = CONTEXT.with(|cx| {
         let cx = cx.borrow();
-        let region = cx.regions.last().copied().unwrap_or(0);
+        // NOTE [regions]: the outermost open region: a value stays rebuildable until every
+        // region it was recorded in has closed, so nested regions nest (an inner region's
+        // output read inside the outer one is rebuilt with it, not kept).
+        let region = cx.regions.first().copied().unwrap_or(0);
         let answer = if !replayable {
             Some(Answer::KEEP)
         } else if region != 0 {

@@ -223,5 +223,11 @@ pub(crate) fn replay_then<B: Backend>(node: &Node<B>, before_store: &mut dyn FnM
     before_store();
     let mut state = node.lock();
     state.op = Some(op);
-    state.slot = Slot::Stored(Kept::new(value, KeepReason::Rebuilt, node.name));
+    // A view of leaves is the user's memory, kept or rebuilt (NOTE [what-is-kept]).
+    let reason = if node.placement.leaf_view {
+        KeepReason::Leaf
+    } else {
+        KeepReason::Rebuilt
+    };
+    state.slot = Slot::Stored(Kept::new(value, reason, node.name));
 }

@@ -16,7 +16,9 @@
 //! # Invariants
 //! - INVARIANT [rebuildable]: a slot is `Evicted` only if its node's op is replayable and was
 //!   placed to recompute; such an op holds every input it needs for a replay (its inputs are
-//!   `Stored`, rebuildable, or held on the edge).
+//!   `Stored`, rebuildable, or held on the edge). Under a budget (NOTE [budget]) a value
+//!   that cannot be rebuilt may wait `Evicted` for the planner's `Keep`: the planner never
+//!   replays it, and keeps it while anything may read it.
 //! - `n_required` is zero outside a backward pass; during one it counts the reads still to
 //!   come, and the last read takes the value out of the slot.
 
@@ -423,6 +425,17 @@ pub(crate) trait GraphNode: Send + Sync {
 
     /// Whether the node's value is held now.
     fn is_held(&self) -> bool;
+
+    /// The op's name.
+    fn name(&self) -> &'static str;
+
+    /// The bytes of the value when it waits for a rebuild (dropped, and a step or a replay
+    /// still reads it); views of leaves excepted (the user's memory).
+    fn evicted_bytes(&self) -> Option<u64>;
+
+    /// The bytes the budget counts for this node now: its value when held (views of leaves
+    /// excepted) and the constants on its edges until its step runs.
+    fn budget_bytes_now(&self) -> u64;
 }
 
 /// One op node as the budget's planner sees it (see `GraphNode::schedule_entry`).
@@ -694,6 +707,33 @@ impl<B: Backend> GraphNode for Node<B> {
 
     fn is_held(&self) -> bool {
         self.is_stored()
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn evicted_bytes(&self) -> Option<u64> {
+        match &self.lock().slot {
+            Slot::Evicted(signature) if !self.placement.leaf_view => Some(signature.bytes()),
+            _ => None,
+        }
+    }
+
+    fn budget_bytes_now(&self) -> u64 {
+        let state = self.lock();
+        let value = match &state.slot {
+            Slot::Stored(kept) if !self.placement.leaf_view => kept.bytes(),
+            _ => 0,
+        };
+        let constants: u64 = state.op.as_ref().map_or(0, |op| {
+            op.inputs
+                .iter()
+                .filter(|input| input.node.is_none())
+                .filter_map(|input| input.held.as_ref().map(Kept::bytes))
+                .sum()
+        });
+        value + constants
     }
 
     fn describe(&self) -> String {

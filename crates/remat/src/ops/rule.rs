@@ -418,7 +418,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let mut budgeted = Budgeted::default();
     for (i, input) in inputs.into_iter().enumerate() {
         let needed = reads.has_input(i) || placement.recompute;
-        let (edge, primitive) = edge(input, needed, info.name);
+        let (edge, primitive) = edge(input, needed, placement.budget != 0, info.name);
         if placement.budget != 0 && needed {
             budgeted.in_hand(&edge, &primitive);
         }
@@ -477,10 +477,14 @@ fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
 
 /// The edge from an op to one of its inputs. When the backward step (or a replay) will read
 /// the input's value, it is kept: by the producing node (which may rebuild it instead), or
-/// held by the edge for leaves and untracked values.
+/// held by the edge for leaves and untracked values. Under a budget (`budgeted`: the op was
+/// recorded under one), a producer recorded under the budget too waits for the planner:
+/// marked needed, stored only if the planner keeps it (NOTE [budget]; the planner keeps a
+/// value that cannot be rebuilt for as long as anything may read it).
 fn edge<B: Backend>(
     input: AutodiffTensor<B>,
     needed: bool,
+    budgeted: bool,
     op: &'static str,
 ) -> (Input<B>, FloatTensor<B>) {
     let AutodiffTensor {
@@ -490,7 +494,8 @@ fn edge<B: Backend>(
     if needed {
         match &node {
             Some(parent) if parent.kind == NodeKind::Op => {
-                parent.require_value(&primitive, parent.rebuildable());
+                let planned = budgeted && parent.placement.budget != 0;
+                parent.require_value(&primitive, planned || parent.rebuildable());
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
             None => held = Some(Kept::new(primitive.clone(), KeepReason::Constant, op)),
@@ -605,7 +610,7 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
                 CustomInput::Read(tensor) => (tensor, reads.has_input(i)),
                 CustomInput::Replay(tensor) => (tensor, placement.recompute),
             };
-            let (edge, value) = edge(tensor, needed, info.name);
+            let (edge, value) = edge(tensor, needed, placement.budget != 0, info.name);
             if placement.budget != 0 && needed {
                 budgeted.in_hand(&edge, &value);
             }

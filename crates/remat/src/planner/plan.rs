@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::analysis::Analysis;
 use super::exec::{self, Hints, Strategy, Work};
-use super::{Error, GraphView, Schedule, min_feasible_budget, revolve, simulate};
+use super::{Action, Error, GraphView, Schedule, min_feasible_budget, revolve, simulate};
 
 /// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
 /// larger values favour evicting what is read last.
@@ -79,6 +79,45 @@ impl Best<'_> {
     }
 }
 
+/// A uniform chain followed by ops whose values nothing reads and whose steps read nothing
+/// (a training step's loss reduction, say): Revolve's schedule for the chain, with the
+/// trailing ops computed after it and stepped first. `None` for any other view.
+fn chain_then_sinks(view: &GraphView, budget: u64) -> Option<Schedule> {
+    let nodes = view.nodes();
+    let n = nodes.len();
+    let mut read = vec![false; n];
+    for node in nodes {
+        for &v in node.inputs.iter().chain(&node.step_reads) {
+            read[v as usize] = true;
+        }
+    }
+    let sink = |i: usize| !read[i] && nodes[i].step_reads.is_empty() && nodes[i].fixed_bytes == 0;
+    let m = (0..n).rev().take_while(|&i| sink(i)).last()?;
+    if m < 2 {
+        return None;
+    }
+    let tail = n - m;
+    let order = view.step_order();
+    let tail_first = order[..tail].iter().all(|&v| v as usize >= m)
+        && order[tail..].iter().copied().eq((0..m as u32).rev());
+    if !tail_first {
+        return None;
+    }
+    let prefix = GraphView::new(nodes[..m].to_vec()).ok()?;
+    let bytes = revolve::uniform_chain(&prefix)?;
+    let schedule = revolve::schedule(&prefix, budget / bytes)?;
+    let actions = schedule.actions();
+    let split = actions
+        .iter()
+        .position(|a| matches!(a, Action::Replay(_) | Action::Step(_)))
+        .unwrap_or(actions.len());
+    let mut out = actions[..split].to_vec();
+    out.extend((m..n).map(|i| Action::Compute(i as u32)));
+    out.extend(order[..tail].iter().map(|&v| Action::Step(v)));
+    out.extend_from_slice(&actions[split..]);
+    Some(Schedule::new(out))
+}
+
 pub(crate) fn plan_counted(view: &GraphView, budget: u64) -> Result<(Schedule, PlanWork), Error> {
     let mut best = Best {
         view,
@@ -93,6 +132,8 @@ pub(crate) fn plan_counted(view: &GraphView, budget: u64) -> Result<(Schedule, P
         if let Some(schedule) = revolve::schedule(view, budget / bytes) {
             best.consider(schedule);
         }
+    } else if let Some(schedule) = chain_then_sinks(view, budget) {
+        best.consider(schedule);
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
     if !(uniform_costs && best.cost().is_some()) {

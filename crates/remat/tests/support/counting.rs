@@ -14,7 +14,7 @@
 //! collectives sum (see [`Event`] for what each one does to its tensor).
 #![allow(dead_code, clippy::too_many_arguments)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -38,11 +38,22 @@ thread_local! {
     static CALLS: RefCell<BTreeMap<&'static str, u64>> = const { RefCell::new(BTreeMap::new()) };
     static TOTAL: RefCell<u64> = const { RefCell::new(0) };
     static EVENTS: RefCell<Vec<(Event, u64)>> = const { RefCell::new(Vec::new()) };
+    static OBSERVER: Cell<Option<fn(&'static str)>> = const { Cell::new(None) };
 }
 
 fn count(op: &'static str) {
     CALLS.with(|c| *c.borrow_mut().entry(op).or_insert(0) += 1);
     TOTAL.with(|t| *t.borrow_mut() += 1);
+    if let Some(observer) = OBSERVER.with(Cell::get) {
+        observer(op);
+    }
+}
+
+/// Calls `observer` with the name of every inner op counted on this thread from now on,
+/// before the op runs (`None` stops it). A test samples `remat::stats()` there, e.g. at
+/// each backward step's first inner call (tests/memory_trace.rs).
+pub fn observe(observer: Option<fn(&'static str)>) {
+    OBSERVER.with(|o| o.set(observer));
 }
 
 /// How many identical devices the simulated collectives reduce over.
