@@ -421,8 +421,8 @@ pub struct Stats {
     /// Replays since the last [`reset_stats`], by op name.
     pub replays_by_op: BTreeMap<&'static str, u64>,
     /// The [`Policy::Budget`](crate::Policy::Budget) of the training step recorded or run
-    /// last under a budget; `None` before any. Within such a step, `peak_bytes` (after a
-    /// [`reset_stats`]) never passes it.
+    /// last under a budget; `None` before any. Within such a step, on one thread,
+    /// `peak_bytes` (after a [`reset_stats`]) never passes it.
     pub budget: Option<u64>,
 }
 

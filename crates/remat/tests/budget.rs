@@ -222,3 +222,40 @@ fn saved_values_lists_what_the_budget_dropped() {
         assert!(remat::saved_values().dropped().is_empty());
     });
 }
+
+#[test]
+fn constants_get_room_before_they_are_held() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let device = Default::default();
+    let run = |policy: Policy| {
+        let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
+        let x = A::float_set_require_grad(x, true);
+        remat::reset_stats();
+        let grads = remat::with_policy(policy, || {
+            let mut y: T = x.clone();
+            for i in 0..10 {
+                // An untracked constant the mul's backward reads: held on its edge.
+                let c = A::float_from_data(
+                    TensorData::new(vec![1.0f32 + i as f32 / 10.0; LEN], [LEN]),
+                    &device,
+                );
+                y = A::float_mul(A::float_sin(y), c);
+            }
+            A::float_sum(y).backward()
+        });
+        let g = <A as AutodiffBackend>::grad(&x, &grads).expect("x has a gradient");
+        let g: Vec<f32> = burn_backend::read_sync(I::float_into_data(g))
+            .unwrap()
+            .try_into_vec::<f32>()
+            .unwrap();
+        (g, remat::stats().peak_bytes)
+    };
+    let (reference, _) = run(Policy::SaveAll);
+    // Ten constants (one per mul) are held until their step: 10 values, plus room for 4.
+    let budget = 14 * VALUE;
+    for step in 0..3 {
+        let (grads, peak) = run(Policy::Budget(budget));
+        assert_eq!(grads, reference);
+        assert!(peak <= budget, "step {step}: peak {peak} over the budget {budget}");
+    }
+}

@@ -242,6 +242,35 @@ pub(crate) struct Recorded<B: Backend> {
     pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
 }
 
+/// Makes room, before an op recorded under budget `budget_id` holds `bytes` of constants on
+/// its edges (they are counted from then on): the planner's online eviction drops values
+/// until they fit. Following a plan, the plan made that room at the previous op.
+pub(crate) fn reserve(budget_id: u32, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    let victims = SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let session = cell.as_mut()?;
+        if session.budget_id != budget_id || session.follow.is_some() {
+            return None;
+        }
+        // When nothing can make room, the op's recording reports it.
+        let victims = session.dtr.victims(bytes).ok()?;
+        Some(
+            victims
+                .into_iter()
+                .map(|v| session.handles[v as usize].clone())
+                .collect::<Vec<_>>(),
+        )
+    });
+    for node in victims.into_iter().flatten() {
+        if let Some(node) = node.upgrade() {
+            node.scheduled_free();
+        }
+    }
+}
+
 /// What to carry out after the planner answered, outside the session's borrow.
 enum Apply {
     KeepOutput,

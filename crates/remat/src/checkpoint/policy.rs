@@ -151,7 +151,9 @@ pub enum Policy {
     /// [`tradeoff`](crate::tradeoff()) tabulates budgets against predicted extra compute
     /// from one recorded step. Inside a [`checkpoint`](crate::checkpoint()) region, values
     /// are never kept after forward; the budget decides everything else. `Budget(u64::MAX)`
-    /// keeps what [`Policy::SaveAll`] keeps.
+    /// keeps what [`Policy::SaveAll`] keeps, plus the untracked inputs (the model's input
+    /// batch, say) that ops hold for a replay: the same tensor, counted once per op that
+    /// holds it, as `stats` counts constants.
     Budget(u64),
 }
 

@@ -413,6 +413,16 @@ fn record_impl<B: Backend, R: Rule<B>>(
         }
     }
 
+    if placement.budget != 0 {
+        // NOTE [budget]: room for the constants the edges will hold, before they are held.
+        let constants = inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| t.node.is_none() && (reads.has_input(*i) || placement.recompute))
+            .map(|(_, t)| bytes::<B>(&t.primitive) as u64)
+            .sum();
+        budget::reserve(placement.budget, constants);
+    }
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     let mut budgeted = Budgeted::default();
@@ -600,6 +610,20 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
     let info = rule.info();
     let placement = policy::place(&info, rule.replayable(), balanced);
     let reads = rule.reads(tracked);
+    if placement.budget != 0 {
+        // NOTE [budget]: room for the constants the edges will hold, before they are held.
+        let constants = inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, input)| match input {
+                CustomInput::Read(t) if t.node.is_none() && reads.has_input(i) => Some(t),
+                CustomInput::Replay(t) if t.node.is_none() && placement.recompute => Some(t),
+                _ => None,
+            })
+            .map(|t| bytes::<B>(&t.primitive) as u64)
+            .sum();
+        budget::reserve(placement.budget, constants);
+    }
     let mut budgeted = Budgeted::default();
     let edges = inputs
         .into_iter()
