@@ -256,6 +256,9 @@ fn constants_get_room_before_they_are_held() {
     for step in 0..3 {
         let (grads, peak) = run(Policy::Budget(budget));
         assert_eq!(grads, reference);
-        assert!(peak <= budget, "step {step}: peak {peak} over the budget {budget}");
+        assert!(
+            peak <= budget,
+            "step {step}: peak {peak} over the budget {budget}"
+        );
     }
 }
