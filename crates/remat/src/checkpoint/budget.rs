@@ -526,6 +526,23 @@ pub(crate) fn pass_budget(order: &[Arc<dyn GraphNode>]) -> Option<u64> {
         .min()
 }
 
+/// Replaces each measured op time by the mean over the ops of the same name and output size:
+/// one op's time is noisy (a few hundred nanoseconds of timer and cache effects), and equal
+/// ops planned with unequal costs lose the structure the planner exploits (Revolve's optimum
+/// for a chain of equal ops).
+fn smooth_costs(nodes: &mut [planner::Node]) {
+    let mut sums: HashMap<(&'static str, u64), (f64, u32)> = HashMap::new();
+    for node in nodes.iter() {
+        let entry = sums.entry((node.name, node.bytes)).or_insert((0.0, 0));
+        entry.0 += node.cost;
+        entry.1 += 1;
+    }
+    for node in nodes.iter_mut() {
+        let (sum, n) = sums[&(node.name, node.bytes)];
+        node.cost = sum / f64::from(n);
+    }
+}
+
 /// The last backward pass's view under a budget, for [`tradeoff`].
 static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
 
@@ -610,6 +627,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     if let Some(session_nodes) = session_view {
         nodes = session_nodes;
     }
+    smooth_costs(&mut nodes);
     let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
         panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
     });
