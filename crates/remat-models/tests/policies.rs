@@ -436,7 +436,6 @@ fn every_program_is_bit_identical_under_every_policy() {
         let mut runs: Vec<(String, Box<dyn Fn() -> _>)> = Vec::new();
         for policy in policies().into_iter().skip(1) {
             let what = format!("{name} under {policy:?}");
-            let program = program.clone();
             let device = device.clone();
             runs.push((
                 what,
@@ -444,7 +443,6 @@ fn every_program_is_bit_identical_under_every_policy() {
             ));
         }
         for (label, pick) in [("smallest", 0u64), ("middle", 1)] {
-            let program = program.clone();
             let device = device.clone();
             runs.push((
                 format!("{name} under the {label} budget"),

@@ -1,6 +1,6 @@
 //! [`Policy::Budget`](super::policy::Policy::Budget): the engine's side of the planner.
 //!
-//! NOTE [budget]: the bytes remat holds for a training step recorded under a budget (saved,
+//! NOTE \[budget\]: the bytes remat holds for a training step recorded under a budget (saved,
 //! rebuilt and constant values; leaves are the user's) never pass the budget, in the forward
 //! pass or in backward. The planner (`crate::planner`, which never sees a tensor) decides;
 //! this module tells it what happens and carries out what it says.
@@ -117,7 +117,7 @@ pub(crate) fn estimate(cost: Cost, bytes: u64) -> f64 {
     200.0 + per_byte * bytes as f64
 }
 
-/// The ops recorded under a budget on one thread (see NOTE [budget]).
+/// The ops recorded under a budget on one thread (see NOTE \[budget\]).
 struct Session {
     budget_id: u32,
     budget: u64,
@@ -279,7 +279,7 @@ enum Apply {
 }
 
 /// Feeds a newly recorded op to this thread's session and carries out the planner's answer
-/// (NOTE [budget]). `node` was recorded with `output`.
+/// (NOTE \[budget\]). `node` was recorded with `output`.
 ///
 /// # Panics
 /// When values that cannot be rebuilt no longer fit the budget.
@@ -546,7 +546,7 @@ fn smooth_costs(nodes: &mut [planner::Node]) {
 /// The last backward pass's view under a budget, for [`tradeoff`].
 static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
 
-/// A backward pass planned and run under `budget` (NOTE [budget]): returns, for each node
+/// A backward pass planned and run under `budget` (NOTE \[budget\]): returns, for each node
 /// of `order`, the actions to carry out before finishing it (in `order`'s order; empty for
 /// leaves), and the bytes held when the pass starts.
 ///

@@ -3,7 +3,7 @@
 //! - [`policy`]: run-time policies, scopes and regions (decided at record time);
 //! - [`strategy`]: Burn's type-level strategies, mapped onto policies;
 //! - `budget`: [`Policy::Budget`](policy::Policy::Budget), the engine's side of the planner
-//!   (NOTE [budget]);
+//!   (NOTE \[budget\]);
 //! - `retrieve`: handing saved values to backward steps, replaying dropped ones.
 //!
 //! # Invariants

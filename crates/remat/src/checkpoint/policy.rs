@@ -133,7 +133,7 @@ pub enum Policy {
     /// Keep only what cannot be rebuilt: leaves, constants and outputs of random ops.
     RecomputeAll,
     /// Hold at most this many bytes for backward at any moment of a training step, at the
-    /// least extra compute the engine finds (NOTE [budget] in `checkpoint/budget.rs`).
+    /// least extra compute the engine finds (NOTE \[budget\] in `checkpoint/budget.rs`).
     ///
     /// The bytes are those [`stats`](crate::stats()) counts as kept (saved, rebuilt and
     /// constant values; not leaves, which are the user's own tensors), through the forward
@@ -448,7 +448,7 @@ pub(crate) struct Placement {
     /// [thrifty-balanced] in `ops/rule.rs`).
     pub(crate) thrifty: bool,
     /// The [`Policy::Budget`] the op was recorded under (an id from `budget::intern`), 0
-    /// for none. Such an op is planned by the budget (NOTE [budget]).
+    /// for none. Such an op is planned by the budget (NOTE \[budget\]).
     pub(crate) budget: u32,
 }
 

@@ -198,7 +198,7 @@ pub(crate) fn replay<B: Backend>(node: &Node<B>) {
 }
 
 /// Like [`replay`], running `before_store` between the op's forward and the storing of its
-/// output (a schedule frees there the inputs the replay read last: NOTE [budget]).
+/// output (a schedule frees there the inputs the replay read last: NOTE \[budget\]).
 pub(crate) fn replay_then<B: Backend>(node: &Node<B>, before_store: &mut dyn FnMut()) {
     let (signature, op) = {
         let mut state = node.lock();

@@ -16,7 +16,7 @@
 //! # Invariants
 //! - INVARIANT [rebuildable]: a slot is `Evicted` only if its node's op is replayable and was
 //!   placed to recompute; such an op holds every input it needs for a replay (its inputs are
-//!   `Stored`, rebuildable, or held on the edge). Under a budget (NOTE [budget]) a value
+//!   `Stored`, rebuildable, or held on the edge). Under a budget (NOTE \[budget\]) a value
 //!   that cannot be rebuilt may wait `Evicted` for the planner's `Keep`: the planner never
 //!   replays it, and keeps it while anything may read it.
 //! - `n_required` is zero outside a backward pass; during one it counts the reads still to
@@ -283,7 +283,7 @@ impl<B: Backend> Node<B> {
 
     /// Whether this op node's value may be rebuilt rather than kept: its policy said so, and
     /// the region it was recorded in (if any) is still open (NOTE [regions]); under a budget,
-    /// whenever the op is replayable (the budget plans region values too, NOTE [budget]).
+    /// whenever the op is replayable (the budget plans region values too, NOTE \[budget\]).
     pub(crate) fn rebuildable(&self) -> bool {
         self.placement.recompute
             && (self.placement.budget != 0
@@ -399,7 +399,7 @@ pub(crate) trait GraphNode: Send + Sync {
     /// The inner backend of the node (a graph may span several).
     fn backend(&self) -> core::any::TypeId;
 
-    /// The budget id the node was recorded under (0: none; NOTE [budget]).
+    /// The budget id the node was recorded under (0: none; NOTE \[budget\]).
     fn budget(&self) -> u32;
 
     /// What the budget's planner needs to know about this op node, as it stands now; `None`

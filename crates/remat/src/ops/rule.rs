@@ -453,7 +453,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
     finish_node(rule, info, placement, edges, reads, output, budgeted)
 }
 
-/// What the budget's session needs from the recording of one op (NOTE [budget] in
+/// What the budget's session needs from the recording of one op (NOTE \[budget\] in
 /// `checkpoint/budget.rs`): the inputs' values in hand, and the measured forward time.
 struct Budgeted<B: Backend> {
     in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
@@ -489,7 +489,7 @@ fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
 /// the input's value, it is kept: by the producing node (which may rebuild it instead), or
 /// held by the edge for leaves and untracked values. Under a budget (`budgeted`: the op was
 /// recorded under one), a producer recorded under the budget too waits for the planner:
-/// marked needed, stored only if the planner keeps it (NOTE [budget]; the planner keeps a
+/// marked needed, stored only if the planner keeps it (NOTE \[budget\]; the planner keeps a
 /// value that cannot be rebuilt for as long as anything may read it).
 fn edge<B: Backend>(
     input: AutodiffTensor<B>,
@@ -515,7 +515,7 @@ fn edge<B: Backend>(
 }
 
 /// Creates the node of a recorded op from its edges and output; under a budget, hands it to
-/// the thread's session (NOTE [budget]).
+/// the thread's session (NOTE \[budget\]).
 fn finish_node<B: Backend, R: Rule<B>>(
     rule: R,
     info: OpInfo,
