@@ -224,6 +224,21 @@ impl Session {
     }
 }
 
+impl Session {
+    /// The planner's forward actions for op `index`, as what to carry out on the nodes.
+    fn to_apply(&self, actions: &[Action], index: u32) -> Vec<Apply> {
+        actions
+            .iter()
+            .filter_map(|action| match *action {
+                Action::Keep(v) if v == index => Some(Apply::KeepOutput),
+                Action::Keep(v) => Some(Apply::KeepInput(self.ids[v as usize])),
+                Action::Free(v) => Some(Apply::Evict(self.handles[v as usize].clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// What an op recorded under a budget reads and produces, before its node exists.
 pub(crate) struct Recorded<B: Backend> {
     pub(crate) name: &'static str,
@@ -367,26 +382,13 @@ pub(crate) fn on_record<B: Backend>(
         session.ids.push(id);
         session.index.insert(id, index);
         if let Some(actions) = planned {
-            return Ok(actions
-                .iter()
-                .filter_map(|action| match *action {
-                    Action::Keep(v) if v == index => Some(Apply::KeepOutput),
-                    Action::Keep(v) => Some(Apply::KeepInput(session.ids[v as usize])),
-                    Action::Free(v) => Some(Apply::Evict(session.handles[v as usize].clone())),
-                    _ => None,
-                })
-                .collect::<Vec<_>>());
+            return Ok(session.to_apply(&actions, index));
         }
         match session.dtr.on_compute(entry) {
-            Ok(actions) => Ok(actions
-                .iter()
-                .filter_map(|action| match *action {
-                    Action::Keep(v) if v == index => Some(Apply::KeepOutput),
-                    Action::Keep(v) => Some(Apply::KeepInput(session.ids[v as usize])),
-                    Action::Free(v) => Some(Apply::Evict(session.handles[v as usize].clone())),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()),
+            Ok(actions) => {
+                let actions = actions.to_vec();
+                Ok(session.to_apply(&actions, index))
+            }
             Err(_) => {
                 // Graphs that died (dropped without backward) may still be counted: forget
                 // them and take over the live ones as they stand, the new op included.
