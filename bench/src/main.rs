@@ -12,6 +12,7 @@
 //!   --micro-ops N (default 100000)  --micro-reps N (default 3)  --no-micro
 //!   --report-only (regenerate RESULTS.md and the SVGs from results.json)
 //!   --out DIR (default: the bench directory)
+//!   --dump-views DIR (write each model's planner view, `remat::Tradeoff::view`, as text)
 //! ```
 //!
 //! Cargo reads `.cargo/config.toml` from the current directory, not from the manifest's: to
@@ -66,6 +67,7 @@ struct Opts {
     budget: bool,
     report_only: bool,
     out: PathBuf,
+    dump_views: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -87,6 +89,7 @@ fn parse_args() -> Result<Opts, String> {
         budget: true,
         report_only: false,
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        dump_views: None,
     };
     let mut args = std::env::args().skip(1);
     let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
@@ -164,6 +167,11 @@ fn parse_args() -> Result<Opts, String> {
                 other => return Err(format!("--only: unknown value {other:?} (try `budget`)")),
             },
             "--report-only" => opts.report_only = true,
+            "--dump-views" => {
+                opts.dump_views = Some(PathBuf::from(
+                    args.next().ok_or("--dump-views needs a directory")?,
+                ))
+            }
             "--out" => opts.out = PathBuf::from(args.next().ok_or("--out needs a value")?),
             "-h" | "--help" => {
                 return Err("see the flags at the top of bench/src/main.rs".into());
@@ -282,7 +290,15 @@ fn calibrate_budgets(
     });
     let mut run = make_runner(backend, unbounded, spec.clone());
     try_step(&mut run).map_err(|m| format!("{tag}: Budget(u64::MAX) panicked: {m}"))?;
-    let planner = remat::tradeoff().map(|t| PlannerCurve::from_tradeoff(&t));
+    let tradeoff = remat::tradeoff();
+    if let (Some(dir), Some(t)) = (&opts.dump_views, &tradeoff) {
+        let path = dir.join(format!("{}-{backend}.view", kind.name()));
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, t.view.to_string()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("   planner view written to {}", path.display());
+    }
+    let planner = tradeoff.map(|t| PlannerCurve::from_tradeoff(&t));
     prepared.push((unbounded, run, Some(u64::MAX)));
     let mut info = BudgetInfo::new(BudgetTarget::Unbounded, None, u64::MAX);
     info.ran_bytes = Some(u64::MAX);

@@ -859,5 +859,5 @@ pub fn tradeoff() -> Option<Tradeoff> {
     let view = THREAD_VIEW
         .with(|v| v.borrow().clone())
         .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())?;
-    Some(planner::tradeoff(&view))
+    Some(planner::tradeoff_shared(view))
 }

@@ -42,7 +42,10 @@
 //!   known, recurring graph: a portfolio of lookahead executor runs, Revolve for uniform
 //!   chains, and a bounded search over the executor's decisions); [`revolve::replays`]
 //!   (Revolve's optimum, closed form).
-//! - [`tradeoff`]: predicted extra compute and peak for a ladder of budgets.
+//! - [`recompute_lower_bound`]: the least recompute any schedule needs under a budget (a
+//!   Lagrangian relaxation solved by min cuts, NOTE \[recompute-bound\] in `bound.rs`): how
+//!   far a plan can be from the optimum on graphs too large for an exact search.
+//! - [`tradeoff`]: predicted extra compute and peak for a ladder of budgets, and the bound.
 //! - [`signature`] and [`PlanCache`]: reuse a plan while the graph recurs.
 //!
 //! # Invariants
@@ -57,6 +60,7 @@
 //!   512 runs below; Revolve is O(n + replays).
 
 mod analysis;
+mod bound;
 mod cache;
 mod decisions;
 mod dtr;
@@ -73,6 +77,7 @@ mod view;
 #[cfg(test)]
 mod tests;
 
+pub use bound::recompute_lower_bound;
 pub use cache::{CachedPlan, PlanCache, SignatureHasher, same_structure, signature};
 pub use decisions::from_decisions;
 pub use dtr::Dtr;
@@ -81,5 +86,6 @@ pub use feasible::min_feasible_budget;
 pub use plan::plan;
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use simulate::{HeldEvent, Outcome, simulate};
-pub use tradeoff::{Tradeoff, TradeoffRow, tradeoff};
+pub(crate) use tradeoff::tradeoff_shared;
+pub use tradeoff::{BOUND_MAX_NODES, Tradeoff, TradeoffRow, tradeoff};
 pub use view::{Forced, GraphView, Node};

@@ -1,10 +1,12 @@
 //! The trade-off report: predicted extra compute and peak for a ladder of budgets, from the
-//! smallest feasible to keeping everything. The table users read to pick a budget.
+//! smallest feasible to keeping everything, with the least extra compute any schedule needs
+//! (NOTE \[recompute-bound\] in `bound.rs`). The table users read to pick a budget.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::error::mib;
-use super::{GraphView, min_feasible_budget, plan, simulate};
+use super::{GraphView, min_feasible_budget, plan, recompute_lower_bound, simulate};
 
 /// One budget of the ladder and what the planner predicts for it.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,7 +21,15 @@ pub struct TradeoffRow {
     pub recompute_fraction: f64,
     /// The predicted number of replays.
     pub replays: u64,
+    /// The least recompute any schedule needs at this budget (ns;
+    /// [`recompute_lower_bound`]); `None` for graphs of more than
+    /// [`BOUND_MAX_NODES`] nodes, where it is not computed.
+    pub lower_bound: Option<f64>,
 }
+
+/// The largest graph [`tradeoff`] computes the lower bound for (a few dozen max-flows per
+/// row).
+pub const BOUND_MAX_NODES: usize = 20_000;
 
 /// The trade-off report for one view; `Display` prints it as a table.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +42,10 @@ pub struct Tradeoff {
     pub forward_cost: f64,
     /// One row per budget, ascending.
     pub rows: Vec<TradeoffRow>,
+    /// The view the rows were planned from: plan it at any other budget with
+    /// [`plan`](super::plan), or save it (`Display`) and read it back (`FromStr`) to study a
+    /// model's graph away from the model.
+    pub view: Arc<GraphView>,
 }
 
 /// The fractions of the keep-all peak on the ladder, besides its two ends.
@@ -40,6 +54,12 @@ const LADDER: [f64; 8] = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9, 1.0];
 /// Plans `view` at the smallest feasible budget, at fractions of the keep-all peak above
 /// it, and at the keep-all peak.
 pub fn tradeoff(view: &GraphView) -> Tradeoff {
+    tradeoff_shared(Arc::new(view.clone()))
+}
+
+/// [`tradeoff`] for a view already shared.
+pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
+    let view = &*shared;
     let min_budget = min_feasible_budget(view);
     let forward_cost = view.forward_cost();
     let keep_all = plan(view, u64::MAX)
@@ -70,6 +90,8 @@ pub fn tradeoff(view: &GraphView) -> Tradeoff {
                     0.0
                 },
                 replays: outcome.total_replays,
+                lower_bound: (view.len() <= BOUND_MAX_NODES)
+                    .then(|| recompute_lower_bound(view, budget)),
             })
         })
         .collect();
@@ -78,6 +100,7 @@ pub fn tradeoff(view: &GraphView) -> Tradeoff {
         keep_all_bytes: keep_all,
         forward_cost,
         rows,
+        view: shared,
     }
 }
 
@@ -92,8 +115,8 @@ impl fmt::Display for Tradeoff {
         )?;
         writeln!(
             f,
-            "{:>14} {:>14} {:>8} {:>14} {:>10} {:>9}",
-            "budget", "peak", "of all", "extra compute", "of fwd", "replays"
+            "{:>14} {:>14} {:>8} {:>14} {:>10} {:>9} {:>14}",
+            "budget", "peak", "of all", "extra compute", "of fwd", "replays", "at least"
         )?;
         for row in &self.rows {
             let share = if self.keep_all_bytes > 0 {
@@ -101,15 +124,19 @@ impl fmt::Display for Tradeoff {
             } else {
                 100.0
             };
+            let bound = row
+                .lower_bound
+                .map_or_else(|| "-".to_owned(), |b| format!("{:.3} ms", b / 1e6));
             writeln!(
                 f,
-                "{:>14} {:>14} {:>7.0}% {:>11.3} ms {:>9.1}% {:>9}",
+                "{:>14} {:>14} {:>7.0}% {:>11.3} ms {:>9.1}% {:>9} {:>14}",
                 mib(row.budget_bytes),
                 mib(row.peak_bytes),
                 share,
                 row.recompute_cost / 1e6,
                 100.0 * row.recompute_fraction,
-                row.replays
+                row.replays,
+                bound
             )?;
         }
         Ok(())

@@ -10,7 +10,10 @@
 //! - `step_order` lists every node once, consumers before producers (for every edge
 //!   `u -> w`, through `inputs` or `step_reads`, `w` steps before `u`).
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
 
 use super::Error;
 
@@ -249,7 +252,9 @@ pub(crate) fn rebuildable(node: &Node) -> bool {
 }
 
 impl fmt::Display for GraphView {
-    /// One line per node: index, name, bytes, cost, inputs, step reads and marks.
+    /// One line per node: index, name, bytes, cost, inputs, step reads and marks; then the
+    /// step order when it is not the reverse of recording order. [`GraphView::from_str`]
+    /// reads it back (costs rounded to whole nanoseconds).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, n) in self.nodes.iter().enumerate() {
             write!(
@@ -268,6 +273,115 @@ impl fmt::Display for GraphView {
             }
             writeln!(f)?;
         }
+        if !self
+            .step_order
+            .iter()
+            .copied()
+            .eq((0..self.len() as u32).rev())
+        {
+            writeln!(f, "order {:?}", self.step_order)?;
+        }
         Ok(())
     }
+}
+
+impl FromStr for GraphView {
+    type Err = Error;
+
+    /// Reads a view written by `Display` (a recorded model's graph saved for study or as a
+    /// test fixture). Blank lines and lines starting with `#` are skipped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidView`] naming the line that does not parse, or the rule the view
+    /// breaks.
+    fn from_str(text: &str) -> Result<Self, Error> {
+        let mut nodes = Vec::new();
+        let mut order = None;
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |what: &str| Error::InvalidView {
+                node: None,
+                reason: format!("line {}: {what}: {line:?}", number + 1),
+            };
+            if let Some(rest) = line.strip_prefix("order ") {
+                order = Some(parse_list(rest).ok_or_else(|| bad("a bad step order"))?);
+                continue;
+            }
+            let node = parse_node(line).ok_or_else(|| {
+                bad("not `index name bytes B cost ns in [..] reads [..] [marks]`")
+            })?;
+            if node.0 != nodes.len() {
+                return Err(bad("indices must count up from 0"));
+            }
+            nodes.push(node.1);
+        }
+        match order {
+            Some(order) => GraphView::with_step_order(nodes, order),
+            None => GraphView::new(nodes),
+        }
+    }
+}
+
+/// `[1, 2, 3]` (or `[]`).
+fn parse_list(text: &str) -> Option<Vec<u32>> {
+    let inner = text.trim().strip_prefix('[')?.strip_suffix(']')?;
+    inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect()
+}
+
+/// One node line of the `Display` format.
+fn parse_node(line: &str) -> Option<(usize, Node)> {
+    let (head, rest) = line.split_once(" in ")?;
+    let mut words = head.split_whitespace();
+    let index = words.next()?.parse().ok()?;
+    let name = intern(words.next()?);
+    let bytes = words.next()?.parse().ok()?;
+    (words.next()? == "B").then_some(())?;
+    let cost: f64 = words.next()?.parse().ok()?;
+    (words.next()? == "ns" && words.next().is_none()).then_some(())?;
+    let (inputs, rest) = rest.split_once(" reads ")?;
+    let close = rest.find(']')?;
+    let (reads, marks) = rest.split_at(close + 1);
+    let mut node = Node::new(name, bytes, cost)
+        .inputs(parse_list(inputs)?)
+        .step_reads(parse_list(reads)?);
+    let mut marks = marks.split_whitespace();
+    while let Some(mark) = marks.next() {
+        match mark {
+            "not-replayable" => node.replayable = false,
+            "fixed" => {
+                node.fixed_bytes = marks.next()?.parse().ok()?;
+                (marks.next()? == "B").then_some(())?;
+            }
+            "forced" => {
+                node.forced = Some(match marks.next()? {
+                    "Keep" => Forced::Keep,
+                    "Recompute" => Forced::Recompute,
+                    _ => return None,
+                });
+            }
+            _ => return None,
+        }
+    }
+    Some((index, node))
+}
+
+/// A `'static` name for an op name read from text: each distinct name is allocated once
+/// for the life of the process (op names are few).
+fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
 }

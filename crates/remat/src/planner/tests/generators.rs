@@ -323,9 +323,18 @@ fn the_tradeoff_report_spans_the_smallest_budget_to_keep_all() {
             row.recompute_fraction,
             row.recompute_cost / report.forward_cost
         );
+        let bound = row.lower_bound.expect("a 40-op graph gets the bound");
+        assert!(bound <= row.recompute_cost + 1e-6, "{bound} {row:?}");
     }
+    // Keeping everything needs no replay; one slot fewer needs at least one.
+    assert_eq!(last.lower_bound, Some(0.0));
+    let one_less = report.rows[report.rows.len() - 2].lower_bound.unwrap();
+    assert!(one_less >= 1000.0, "{one_less}");
     let table = report.to_string();
-    assert!(table.contains("extra compute"), "{table}");
+    assert!(
+        table.contains("extra compute") && table.contains("at least"),
+        "{table}"
+    );
     assert_eq!(table.lines().count(), 2 + report.rows.len());
 }
 

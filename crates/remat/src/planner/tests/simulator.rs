@@ -1,5 +1,6 @@
 //! The simulator on hand-made graphs, with exact expected numbers.
 
+use super::{Flavor, Rng, random_view};
 use crate::planner::{
     Action::{self, *},
     Error, Forced, GraphView, HeldEvent, Node, Schedule, from_decisions, simulate,
@@ -351,4 +352,41 @@ fn the_schedule_index_splits_the_step_into_chunks() {
     assert_eq!(index.backward(1), Some(7..9));
     assert_eq!(index.backward(2), Some(9..10));
     assert_eq!(index.backward(3), None);
+}
+
+#[test]
+fn views_read_back_what_display_writes() {
+    let mut rng = Rng::new(7);
+    for n in [1, 5, 16, 40] {
+        let flavor = Flavor {
+            marks: true,
+            shuffled_steps: true,
+        };
+        let view = random_view(&mut rng, n, flavor);
+        let text = view.to_string();
+        let back: GraphView = text.parse().expect("a written view reads back");
+        // Costs are written in whole nanoseconds.
+        let rounded: Vec<Node> = view
+            .nodes()
+            .iter()
+            .map(|node| Node {
+                cost: node.cost.round(),
+                ..node.clone()
+            })
+            .collect();
+        assert_eq!(back.nodes(), &rounded[..], "{text}");
+        assert_eq!(back.step_order(), view.step_order(), "{text}");
+    }
+    let error = "0 a 4 B 1 ns in [] reads []\n2 b 4 B 1 ns in [0] reads []"
+        .parse::<GraphView>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("line 2") && error.contains("count up"),
+        "{error}"
+    );
+    let error = "0 a 4 B 1 ns in [] reads [] bogus"
+        .parse::<GraphView>()
+        .unwrap_err();
+    assert!(error.to_string().contains("line 1"), "{error}");
 }

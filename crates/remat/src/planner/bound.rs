@@ -1,0 +1,276 @@
+//! A lower bound on the recompute any schedule needs under a budget (NOTE [recompute-bound]).
+//!
+//! NOTE [recompute-bound]: when the forward pass ends, every value some backward step reads
+//! is either held or will be replayed at least once; a value replayed needs each of its
+//! inputs held then or replayed too. So the recompute of any schedule is at least
+//!
+//! ```text
+//! min  sum(cost[v] for v in P)
+//! over H, P with: every step read in H or P; every input of a v in P in H or P;
+//!                 P only replayable values not forced to Keep; H no value forced to Recompute;
+//!                 bytes(H) + all constants <= budget
+//! ```
+//!
+//! (`H`: held when the forward pass ends; `P`: replayed at least once.) That problem is a
+//! closure problem with one knapsack constraint. Its Lagrangian relaxation, for a price
+//! `lambda >= 0` per held byte, is a maximum-weight closure, solved exactly by a minimum cut;
+//! every `lambda` gives a valid bound (weak duality) and the bound is the best over
+//! `lambda` (the dual function is concave: a golden-section search finds its top).
+//!
+//! The bound ignores what happens after the forward pass (a value replayed twice, rebuilt
+//! values competing for room during backward), so it is reached on graphs whose budget binds
+//! only when the forward pass ends, and is loose on long chains under a small budget (where
+//! Revolve's nested sweeps are optimal).
+//!
+//! Cost model: each evaluation is one max-flow (Dinic's algorithm) on a network of at most
+//! `2n + 2` vertices and `O(n + edges)` arcs; the search makes a fixed number of them.
+//!
+//! # Invariants
+//! - The returned value never exceeds the recompute of a schedule that `simulate` accepts
+//!   under the same budget (the property tests check it against the exact solver and every
+//!   generator).
+//! - No recursion: the flow's depth-first search uses an explicit stack.
+
+use super::view::{Forced, GraphView};
+
+/// Golden-section steps over `log(lambda)`: the bracket shrinks by 0.618 each step.
+const SEARCH_STEPS: usize = 60;
+
+/// A lower bound on the recompute cost (ns) of any schedule for `view` that holds at most
+/// `budget_bytes`; see NOTE \[recompute-bound\]. `f64::INFINITY` when the bound proves that
+/// no schedule fits (the constants alone pass the budget, or the step reads cannot be
+/// covered within it).
+pub fn recompute_lower_bound(view: &GraphView, budget_bytes: u64) -> f64 {
+    let fixed: u64 = view.nodes().iter().map(|n| n.fixed_bytes).sum();
+    let Some(room) = budget_bytes.checked_sub(fixed) else {
+        return f64::INFINITY;
+    };
+    let closure = Closure::new(view);
+    let room = room as f64;
+    // The dual at lambda: the min of cost(P) + lambda * bytes(H), minus lambda * room.
+    let dual = |lambda: f64| closure.min_objective(lambda) - lambda * room;
+    // Prices worth trying span the graph's cost per byte.
+    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
+    for node in view.nodes() {
+        if node.bytes > 0 && node.cost > 0.0 {
+            let price = node.cost / node.bytes as f64;
+            lo = lo.min(price);
+            hi = hi.max(price);
+        }
+    }
+    if !lo.is_finite() {
+        // No cost or no byte anywhere: holding is free or replays are.
+        return dual(0.0).max(0.0);
+    }
+    let (mut a, mut b) = ((lo / 1e3).ln(), (hi * 1e3 * view.len().max(1) as f64).ln());
+    // Beyond the top price, holding anything costs more than any replay: the dual is then
+    // linear in lambda, with slope (fewest bytes the reads need held) - room. If it still
+    // grows there, the reads cannot fit.
+    let top = dual(b.exp());
+    let above = dual((b + 10.0).exp());
+    if above > top * (1.0 + 1e-9) + 1.0 {
+        return f64::INFINITY;
+    }
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let mut c = b - ratio * (b - a);
+    let mut d = a + ratio * (b - a);
+    let (mut fc, mut fd) = (dual(c.exp()), dual(d.exp()));
+    for _ in 0..SEARCH_STEPS {
+        if fc >= fd {
+            b = d;
+            d = c;
+            fd = fc;
+            c = b - ratio * (b - a);
+            fc = dual(c.exp());
+        } else {
+            a = c;
+            c = d;
+            fc = fd;
+            d = a + ratio * (b - a);
+            fd = dual(d.exp());
+        }
+    }
+    let best = [fc, fd, top].into_iter().fold(0.0, f64::max);
+    // Below a millionth of a nanosecond is rounding in the flow.
+    if best < 1e-6 { 0.0 } else { best }
+}
+
+/// The closure problem of NOTE \[recompute-bound\] for one view: per node, an "available"
+/// vertex (held, or replayed when forced to Recompute) and, when the node may be replayed,
+/// a "replayed" vertex.
+struct Closure<'v> {
+    view: &'v GraphView,
+    /// Whether some backward step reads the value.
+    read: Vec<bool>,
+}
+
+impl<'v> Closure<'v> {
+    fn new(view: &'v GraphView) -> Self {
+        let mut read = vec![false; view.len()];
+        for node in view.nodes() {
+            for &v in &node.step_reads {
+                read[v as usize] = true;
+            }
+        }
+        Self { view, read }
+    }
+
+    /// `min cost(P) + lambda * bytes(H)` over the closure's feasible sets: a max-weight
+    /// closure, solved as a min cut.
+    fn min_objective(&self, lambda: f64) -> f64 {
+        let nodes = self.view.nodes();
+        let n = nodes.len();
+        // Vertices: source 0, sink 1, available(v) = 2 + v, replayed(v) = 2 + n + v.
+        let (source, sink) = (0usize, 1usize);
+        let avail = |v: usize| 2 + v;
+        let replayed = |v: usize| 2 + n + v;
+        let mut flow = Flow::new(2 + 2 * n);
+        // Weights of the closure (maximised): `positive` sums the positive ones. A read value
+        // must be in the closure: an arc of infinite capacity from the source.
+        let mut positive = 0.0;
+        let add_weight = |flow: &mut Flow, vertex: usize, w: f64, positive: &mut f64| {
+            if w > 0.0 {
+                flow.add(source, vertex, w);
+                *positive += w;
+            } else if w < 0.0 {
+                flow.add(vertex, sink, -w);
+            }
+        };
+        for (v, node) in nodes.iter().enumerate() {
+            let recompute_only = node.forced == Some(Forced::Recompute);
+            let hold = lambda * node.bytes as f64;
+            // Available: held (price per byte), or for a value that may not be held, replayed
+            // (its cost, and its inputs must be available).
+            let w = if recompute_only { -node.cost } else { -hold };
+            if self.read[v] {
+                flow.add(source, avail(v), f64::INFINITY);
+            }
+            add_weight(&mut flow, avail(v), w, &mut positive);
+            if recompute_only {
+                for &u in &node.inputs {
+                    flow.add(avail(v), avail(u as usize), f64::INFINITY);
+                }
+                continue;
+            }
+            let replayable = node.replayable && node.forced != Some(Forced::Keep);
+            if replayable && node.cost < hold {
+                // Replayed instead of held: saves the holding price, costs the replay.
+                add_weight(&mut flow, replayed(v), hold - node.cost, &mut positive);
+                flow.add(replayed(v), avail(v), f64::INFINITY);
+                for &u in &node.inputs {
+                    flow.add(replayed(v), avail(u as usize), f64::INFINITY);
+                }
+            }
+        }
+        // Max closure weight = positive - cut; the objective is its negation.
+        flow.max_flow(source, sink) - positive
+    }
+}
+
+/// A flow network with `f64` capacities and Dinic's algorithm (iterative).
+struct Flow {
+    /// Per vertex, its arcs' indices in `to` / `cap`.
+    arcs: Vec<Vec<u32>>,
+    to: Vec<u32>,
+    cap: Vec<f64>,
+}
+
+impl Flow {
+    fn new(vertices: usize) -> Self {
+        Self {
+            arcs: vec![Vec::new(); vertices],
+            to: Vec::new(),
+            cap: Vec::new(),
+        }
+    }
+
+    /// An arc `a -> b` of capacity `cap`, and its residual twin.
+    fn add(&mut self, a: usize, b: usize, cap: f64) {
+        self.arcs[a].push(self.to.len() as u32);
+        self.to.push(b as u32);
+        self.cap.push(cap);
+        self.arcs[b].push(self.to.len() as u32);
+        self.to.push(a as u32);
+        self.cap.push(0.0);
+    }
+
+    fn max_flow(&mut self, source: usize, sink: usize) -> f64 {
+        let n = self.arcs.len();
+        let mut total = 0.0;
+        let mut level = vec![u32::MAX; n];
+        let mut next = vec![0usize; n];
+        let mut queue = Vec::with_capacity(n);
+        let eps = 1e-9;
+        loop {
+            // Levels by breadth-first search over arcs with room.
+            level.fill(u32::MAX);
+            level[source] = 0;
+            queue.clear();
+            queue.push(source);
+            let mut head = 0;
+            while head < queue.len() {
+                let v = queue[head];
+                head += 1;
+                for &arc in &self.arcs[v] {
+                    let w = self.to[arc as usize] as usize;
+                    if self.cap[arc as usize] > eps && level[w] == u32::MAX {
+                        level[w] = level[v] + 1;
+                        queue.push(w);
+                    }
+                }
+            }
+            if level[sink] == u32::MAX {
+                return total;
+            }
+            next.fill(0);
+            // Blocking flow: depth-first along rising levels with an explicit path stack.
+            loop {
+                let mut path: Vec<u32> = Vec::new();
+                let mut v = source;
+                let pushed = loop {
+                    if v == sink {
+                        let bottleneck = path
+                            .iter()
+                            .map(|&a| self.cap[a as usize])
+                            .fold(f64::INFINITY, f64::min);
+                        break Some(bottleneck);
+                    }
+                    let mut advanced = false;
+                    while next[v] < self.arcs[v].len() {
+                        let arc = self.arcs[v][next[v]] as usize;
+                        let w = self.to[arc] as usize;
+                        if self.cap[arc] > eps && level[w] == level[v] + 1 {
+                            path.push(arc as u32);
+                            v = w;
+                            advanced = true;
+                            break;
+                        }
+                        next[v] += 1;
+                    }
+                    if !advanced {
+                        // Dead end: retreat one arc and skip it.
+                        let Some(arc) = path.pop() else {
+                            break None;
+                        };
+                        level[v] = u32::MAX;
+                        v = self.to[arc as usize ^ 1] as usize;
+                        next[v] += 1;
+                    }
+                };
+                let Some(amount) = pushed else {
+                    break;
+                };
+                if !amount.is_finite() {
+                    // A path of infinite arcs only: cannot happen, as every arc into the
+                    // sink is finite.
+                    return f64::INFINITY;
+                }
+                for &arc in &path {
+                    self.cap[arc as usize] -= amount;
+                    self.cap[arc as usize ^ 1] += amount;
+                }
+                total += amount;
+            }
+        }
+    }
+}
