@@ -67,6 +67,16 @@ fn main() -> Result<(), String> {
         for (name, (count, cost)) in by_name {
             eprintln!("    {name:<14} {count:>5} replays {:>10.3} ms", cost / 1e6);
         }
+        if std::env::var_os("PLAN_VIEW_NODES").is_some() {
+            let replayed: Vec<String> = outcome
+                .replays
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| format!("{i}:{}x{c}", view.node(i as u32).name))
+                .collect();
+            eprintln!("    replayed: {}", replayed.join(" "));
+        }
     }
     Ok(())
 }
