@@ -298,6 +298,7 @@ fn calibrate_budgets(
             .map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("   planner view written to {}", path.display());
     }
+    let view = tradeoff.as_ref().map(|t| t.view.clone());
     let planner = tradeoff.map(|t| PlannerCurve::from_tradeoff(&t));
     prepared.push((unbounded, run, Some(u64::MAX)));
     let mut info = BudgetInfo::new(BudgetTarget::Unbounded, None, u64::MAX);
@@ -375,6 +376,20 @@ fn calibrate_budgets(
             }
         }
         points.push(info);
+    }
+    // The planner's own cost and the bound at each budget that ran, on the view of the
+    // calibration step (op times measured there).
+    if let Some(view) = &view {
+        for point in &mut points {
+            let Some(bytes) = point.ran_bytes.filter(|&b| b != u64::MAX) else {
+                continue;
+            };
+            point.planned_ns = remat::planner::plan(view, bytes)
+                .ok()
+                .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
+                .map(|o| o.recompute_cost);
+            point.bound_ns = Some(remat::planner::recompute_lower_bound(view, bytes));
+        }
     }
     Ok((
         BudgetRun {

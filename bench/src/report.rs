@@ -212,6 +212,14 @@ pub struct BudgetInfo {
     pub named_min_bytes: Option<u64>,
     /// The panic's message, when the asked one was too small.
     pub message: Option<String>,
+    /// The planner's recompute at the budget that ran (ns, `remat::planner::plan` on the
+    /// calibration step's view).
+    #[serde(default)]
+    pub planned_ns: Option<f64>,
+    /// The least recompute any schedule needs at that budget (ns,
+    /// `remat::planner::recompute_lower_bound`).
+    #[serde(default)]
+    pub bound_ns: Option<f64>,
 }
 
 impl BudgetInfo {
@@ -224,6 +232,8 @@ impl BudgetInfo {
             ran_bytes: None,
             named_min_bytes: None,
             message: None,
+            planned_ns: None,
+            bound_ns: None,
         }
     }
 
@@ -323,6 +333,11 @@ pub struct Ratio {
     /// the smallest budget that ran).
     #[serde(default)]
     pub infeasible: bool,
+    /// For a budget point: the least ratio any schedule can reach, `1 + the planner's lower
+    /// bound on recompute / SaveAll's median step` (`remat::planner::recompute_lower_bound`,
+    /// with the op times measured in the calibration step).
+    #[serde(default)]
+    pub floor: Option<f64>,
 }
 
 impl Ratio {
@@ -332,14 +347,18 @@ impl Ratio {
             .map_or(String::new(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]"))
     }
 
-    fn verdict(&self) -> &'static str {
+    fn verdict(&self) -> String {
         if self.infeasible && self.target.is_some() {
-            return "NO (infeasible)";
+            return "NO (infeasible)".into();
         }
-        match self.target {
-            Some(t) if self.value <= t => "yes",
-            Some(_) => "NO",
-            None => "-",
+        match (self.target, self.floor) {
+            (Some(t), _) if self.value <= t => "yes".into(),
+            (Some(t), Some(floor)) if floor > t => {
+                format!("NO (no schedule can: at least {floor:.3})")
+            }
+            (Some(_), Some(floor)) => format!("NO (a schedule could: at least {floor:.3})"),
+            (Some(_), None) => "NO".into(),
+            (None, _) => "-".into(),
         }
     }
 }
@@ -456,6 +475,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
                 spread,
                 target,
                 infeasible: false,
+                floor: None,
             })
         };
         let burn_none = find(run, "burn", "NoCheckpointing");
@@ -551,6 +571,7 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
                     spread: None,
                     target,
                     infeasible: false,
+                    floor: None,
                 });
             }
         }
@@ -601,6 +622,11 @@ fn budget_ratios(run: &ModelRun) -> Vec<Ratio> {
             (Some(ours), Some(base)) => time_ratio(ours, base),
             _ => (f64::NAN, None),
         };
+        // The floor compares with SaveAll; against another engine it says nothing.
+        let floor = match (against, point.bound_ns, find(run, "remat", "SaveAll")) {
+            (None, Some(bound), Some(all)) => Some(1.0 + bound / (all.median_ms * 1e6)),
+            _ => None,
+        };
         out.push(Ratio {
             what,
             model: run.model.clone(),
@@ -609,6 +635,7 @@ fn budget_ratios(run: &ModelRun) -> Vec<Ratio> {
             spread,
             target: Some(target),
             infeasible: !point.feasible(),
+            floor,
         });
     }
     out
@@ -902,6 +929,10 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)` (op times measured in that \
          step's forward), interpolated linearly between the ladder's rows around the point's budget, \
          as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table. \
+         Planned: the planner's plan at the exact budget that ran, on the same view, as 1 + its replay time / SaveAll's median step. \
+         No schedule below: 1 + the planner's lower bound on any schedule's replay time at that budget \
+         (`remat::planner::recompute_lower_bound`: a relaxation of the held bytes when the forward pass ends, solved exactly) / \
+         SaveAll's median step: with these op times, no checkpointing schedule runs the step faster. \
          The held peak is what a budget bounds; the allocator's peak also counts the weight gradients, which backward \
          accumulates whatever the budget (96 MiB on the MLP, where they dominate it), rebuilt values that meet them, and kernel temporaries.\n"
     );
@@ -952,11 +983,11 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, ".\n");
         let _ = writeln!(
             s,
-            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll |"
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | no schedule below |"
         );
         let _ = writeln!(
             s,
-            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for point in &budget.points {
             let e = budget_engine(run, point);
@@ -988,9 +1019,13 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                 .filter(|(_, b)| *b != u64::MAX)
                 .and_then(|(p, b)| planner_row(p, b))
                 .zip(save_all);
+            let exact = |ns: Option<f64>| match (ns, save_all) {
+                (Some(ns), Some(all)) => format!("{:.3}", 1.0 + ns / (all.median_ms * 1e6)),
+                _ => "-".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 point.target,
                 e.map_or("-".into(), |e| format!("{:.1}", e.median_ms)),
                 mib_text(e.and_then(|e| e.remat_peak_bytes)),
@@ -1007,6 +1042,8 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                     "{:.3}",
                     predicted_ratio(r, all.median_ms)
                 )),
+                exact(point.planned_ns),
+                exact(point.bound_ns),
             );
         }
         for e in run.engines.iter().filter(|e| e.budget_bytes.is_none()) {
@@ -1022,7 +1059,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - | - |",
+                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - | - | - | - |",
                 e.label,
                 e.median_ms,
                 mib_text(e.remat_peak_bytes),
