@@ -262,3 +262,46 @@ fn constants_get_room_before_they_are_held() {
         );
     }
 }
+
+/// `n` ops `y * c_i`, each with its own untracked constant `c_i` (held on the op's edge for
+/// its step: bytes no schedule can drop).
+fn constants_chain(n: usize) {
+    let device = Default::default();
+    let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
+    let x = A::float_set_require_grad(x, true);
+    let mut y: T = x.clone();
+    for i in 0..n {
+        let c = A::float_from_data(TensorData::new(vec![1.0 + i as f32; LEN], [LEN]), &device);
+        y = A::float_mul(y, c);
+    }
+    let grads = A::float_sum(y).backward();
+    assert!(<A as AutodiffBackend>::grad(&x, &grads).is_some());
+}
+
+#[test]
+fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Ten constants of one value each cannot fit three values: the forward pass panics at
+    // the fourth, before the graph is whole.
+    let too_small = std::panic::catch_unwind(|| {
+        remat::with_policy(Policy::Budget(3 * VALUE), || constants_chain(10));
+    });
+    let message = too_small
+        .expect_err("the constants pass the budget in forward")
+        .downcast::<String>()
+        .expect("a message");
+    assert!(
+        message.contains("is too small")
+            && message.contains("at least")
+            && message.contains("Policy::Budget(u64::MAX)")
+            && message.contains("remat::tradeoff()"),
+        "{message}"
+    );
+    // What it says to do works: one step unbounded, then the report's smallest budget.
+    remat::with_policy(Policy::Budget(u64::MAX), || constants_chain(10));
+    let min = remat::tradeoff().expect("a step ran").min_budget_bytes;
+    assert!(min >= 10 * VALUE, "{min}");
+    remat::reset_stats();
+    remat::with_policy(Policy::Budget(min), || constants_chain(10));
+    assert!(remat::stats().peak_bytes <= min);
+}

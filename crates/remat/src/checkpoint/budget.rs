@@ -504,15 +504,24 @@ fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
     let at = op.map_or(String::new(), |op| {
         format!(" (at op `{op}`, in the forward pass)")
     });
-    let what = if lower {
-        "needs at least"
-    } else {
-        "needs (the smallest budget the planner guarantees)"
-    };
+    if lower {
+        // The rest of the forward pass is not recorded yet: `min` may not be enough.
+        panic!(
+            "remat: Policy::Budget({budget}) is too small for this training step{at}: the \
+             values that cannot be rebuilt and the op running need at least {min} bytes ({}) \
+             so far, and the rest of the forward pass is not recorded yet. To find the \
+             smallest budget that works, run one step under Policy::Budget(u64::MAX) (it \
+             keeps what SaveAll keeps) and print remat::tradeoff(): its first row is the \
+             smallest budget (`min_budget_bytes`), each row with its extra compute. The \
+             least to try: remat::Policy::Budget({min}).",
+            crate::stats::format_bytes(min)
+        )
+    }
     panic!(
-        "remat: Policy::Budget({budget}) is too small for this training step{at}: it {what} \
-         {min} bytes ({}). Set a larger budget, e.g. remat::set_policy(remat::Policy::Budget({min})), \
-         or print remat::tradeoff() after one step under a larger budget to choose one.",
+        "remat: Policy::Budget({budget}) is too small for this training step{at}: it needs \
+         (the smallest budget the planner guarantees) {min} bytes ({}). Set a larger budget, \
+         e.g. remat::set_policy(remat::Policy::Budget({min})), or print remat::tradeoff() \
+         after one step under a larger budget to choose one.",
         crate::stats::format_bytes(min)
     )
 }

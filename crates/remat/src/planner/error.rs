@@ -97,8 +97,10 @@ impl fmt::Display for Error {
                 f,
                 "a budget of {budget_bytes} bytes ({}) is too small for this graph: the values \
                  that cannot be rebuilt and the op running need at least {min_budget_bytes} \
-                 bytes ({}) already; pass a larger `Policy::Budget` (the trade-off report after \
-                 one step names the smallest that works)",
+                 bytes ({}) already, and the rest of the forward pass is not recorded yet; pass \
+                 a larger `Policy::Budget`. To learn the smallest that works, run one step under \
+                 `Policy::Budget(u64::MAX)` and read `remat::tradeoff()` (its \
+                 `min_budget_bytes`, and the extra compute of each budget above it)",
                 mib(*budget_bytes),
                 mib(*min_budget_bytes)
             ),
