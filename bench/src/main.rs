@@ -384,7 +384,10 @@ fn calibrate_budgets(
             let Some(bytes) = point.ran_bytes.filter(|&b| b != u64::MAX) else {
                 continue;
             };
-            point.planned_ns = remat::planner::plan(view, bytes)
+            let start = std::time::Instant::now();
+            let planned = remat::planner::plan(view, bytes);
+            point.plan_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+            point.planned_ns = planned
                 .ok()
                 .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
                 .map(|o| o.recompute_cost);

@@ -220,6 +220,10 @@ pub struct BudgetInfo {
     /// `remat::planner::recompute_lower_bound`).
     #[serde(default)]
     pub bound_ns: Option<f64>,
+    /// How long `remat::planner::plan` took at that budget (ms): what the engine spends once
+    /// per graph and budget, after the first step.
+    #[serde(default)]
+    pub plan_ms: Option<f64>,
 }
 
 impl BudgetInfo {
@@ -234,6 +238,7 @@ impl BudgetInfo {
             message: None,
             planned_ns: None,
             bound_ns: None,
+            plan_ms: None,
         }
     }
 
@@ -933,6 +938,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          No schedule below: 1 + the planner's lower bound on any schedule's replay time at that budget \
          (`remat::planner::recompute_lower_bound`: a relaxation of the held bytes when the forward pass ends, solved exactly) / \
          SaveAll's median step: with these op times, no checkpointing schedule runs the step faster. \
+         Planning ms: one `remat::planner::plan` at that budget (the engine plans once per graph and budget, after the first step). \
          The held peak is what a budget bounds; the allocator's peak also counts the weight gradients, which backward \
          accumulates whatever the budget (96 MiB on the MLP, where they dominate it), rebuilt values that meet them, and kernel temporaries.\n"
     );
@@ -983,11 +989,11 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, ".\n");
         let _ = writeln!(
             s,
-            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | no schedule below |"
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | no schedule below | planning ms |"
         );
         let _ = writeln!(
             s,
-            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for point in &budget.points {
             let e = budget_engine(run, point);
@@ -1025,7 +1031,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 point.target,
                 e.map_or("-".into(), |e| format!("{:.1}", e.median_ms)),
                 mib_text(e.and_then(|e| e.remat_peak_bytes)),
@@ -1044,6 +1050,9 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                 )),
                 exact(point.planned_ns),
                 exact(point.bound_ns),
+                point
+                    .plan_ms
+                    .map_or("-".into(), |ms| format!("{ms:.1}")),
             );
         }
         for e in run.engines.iter().filter(|e| e.budget_bytes.is_none()) {
@@ -1059,7 +1068,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - | - | - | - |",
+                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - | - | - | - | - |",
                 e.label,
                 e.median_ms,
                 mib_text(e.remat_peak_bytes),
