@@ -4,14 +4,14 @@
 //! - [`strategy`]: Burn's type-level strategies, mapped onto policies;
 //! - `budget`: [`Policy::Budget`](policy::Policy::Budget), the engine's side of the planner
 //!   (NOTE \[budget\]);
-//! - `retrieve`: handing saved values to backward steps, replaying dropped ones.
+//! - `pass`: the budget's hooks in a backward pass (a schedule the graph's traversal runs).
 //!
 //! # Invariants
 //! - Policies never see a tensor; retrieval never decides what to keep.
 
 pub(crate) mod budget;
+pub(crate) mod pass;
 pub mod policy;
-pub(crate) mod retrieve;
 pub mod strategy;
 
 /// Runs `f` as a checkpoint region, in the spirit of PyTorch's `torch.utils.checkpoint`.

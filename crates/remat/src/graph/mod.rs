@@ -13,12 +13,17 @@
 //!   says why.
 
 mod backward;
+pub(crate) mod grads;
 mod node;
+mod op;
+mod retrieve;
 
-pub(crate) use backward::backward;
+pub(crate) use backward::{PassHooks, ScheduledPass, backward};
 pub(crate) use node::{
     GraphNode, Input, Kept, Node, NodeKind, OpState, ScheduleEntry, Signature, Slot,
 };
+pub use op::{Cost, OpInfo};
+pub(crate) use op::{Placement, Reads, Rule, Tracked, Values, Vjp};
 
 use core::sync::atomic::{AtomicU64, Ordering};
 

@@ -12,11 +12,12 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 use smallvec::SmallVec;
 
-use super::rule::{Reads, Rule, Tracked, Values, Vjp};
 use crate::backend::Autodiff;
-use crate::checkpoint::policy::{self, Cost, OpInfo};
+use crate::checkpoint::policy;
 use crate::checkpoint::strategy::CheckpointStrategy;
+use crate::graph::{Cost, OpInfo};
 use crate::graph::{GraphNode, Node, OpState, Slot};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// Moves a float tensor from inner backend `Src` to `Dst` and its gradient back.

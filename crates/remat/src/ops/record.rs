@@ -1,306 +1,24 @@
-//! The one pattern every op follows: a [`Rule`] describes an op once (its forward, what its
-//! backward reads, the backward itself, its cost class), and [`record`] does the shared work.
+//! The one recording site: every op, custom op and transfer is recorded here. It asks the
+//! decision layer (`checkpoint::decide`) what to keep for the op, and applies the answer to
+//! the graph: the edges to its inputs, its node and its output's slot; under a budget, it
+//! hands the op to the budget's session (NOTE \[budget\]).
 //!
-//! NOTE [one-rule]: the forward recorded with a node is the same code that the forward pass
-//! ran, so every node is replayable by construction and a replay is bit-identical to the
-//! forward. A rule's `vjp` reads saved values only through [`Vjp`], which hands out stored or
-//! rebuilt values and checks that the rule reads only what it declared.
+//! # Invariants
+//! - Nothing here decides what is kept: the decision comes whole from `checkpoint::decide`.
 
 use std::sync::Arc;
 
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
-use burn_std::Shape;
 use smallvec::SmallVec;
 
-use super::common::shape_only;
 use crate::checkpoint::budget;
 use crate::checkpoint::policy::{self, OpInfo};
-use crate::checkpoint::retrieve;
-use crate::grads::Gradients;
-use crate::graph::{GraphNode, Input, Kept, Node, NodeId, NodeKind, OpState, Signature, Slot};
+use crate::graph::{
+    Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
+    Values,
+};
 use crate::stats::KeepReason;
 use crate::tensor::AutodiffTensor;
-
-/// The float values an op reads: its inputs in order.
-pub(crate) type Values<B> = SmallVec<[FloatTensor<B>; 2]>;
-
-/// Input indices from [`INLINE`] on, one bit each: bit `i - INLINE` of word
-/// `(i - INLINE) / 64` for input `i`. Only ops with more inputs than that have one (`cat`,
-/// custom ops with many parents or checkpoints); boxed, so that the common case costs one
-/// word (`graph::node`'s `a_node_is_small`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Spill(Vec<u64>);
-
-/// Inputs below this index are one bit each of a `u32`; the rest go to a [`Spill`].
-const INLINE: usize = 32;
-
-/// Whether input `i` is in the set stored as `low` (inputs below [`INLINE`]) and `high`.
-fn contains(low: u32, high: &Option<Box<Spill>>, i: usize) -> bool {
-    if i < INLINE {
-        return low & (1 << i) != 0;
-    }
-    let i = i - INLINE;
-    high.as_ref()
-        .and_then(|spill| spill.0.get(i / 64))
-        .is_some_and(|word| word & (1 << (i % 64)) != 0)
-}
-
-/// Adds input `i` to the set stored as `low` and `high`.
-fn insert(low: &mut u32, high: &mut Option<Box<Spill>>, i: usize) {
-    if i < INLINE {
-        *low |= 1 << i;
-        return;
-    }
-    let i = i - INLINE;
-    let words = &mut high.get_or_insert_with(Box::default).0;
-    if words.len() <= i / 64 {
-        words.resize(i / 64 + 1, 0);
-    }
-    words[i / 64] |= 1 << (i % 64);
-}
-
-/// Which values a backward step reads: a set of inputs (any number of them) and maybe the
-/// output.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Reads {
-    /// Inputs `0..INLINE`, bit `i` for input `i`.
-    low: u32,
-    pub(crate) output: bool,
-    /// Inputs from `INLINE` on; `None` when none of them is read.
-    high: Option<Box<Spill>>,
-}
-
-impl Reads {
-    /// Reads nothing.
-    pub(crate) const NOTHING: Reads = Reads {
-        low: 0,
-        output: false,
-        high: None,
-    };
-    /// Reads the output.
-    pub(crate) const OUTPUT: Reads = Reads {
-        low: 0,
-        output: true,
-        high: None,
-    };
-
-    /// Reads input `i`.
-    pub(crate) fn input(i: usize) -> Reads {
-        Reads::NOTHING.with_input_if(i, true)
-    }
-
-    /// Also reads input `i` when `cond` holds.
-    pub(crate) fn with_input_if(mut self, i: usize, cond: bool) -> Reads {
-        if cond {
-            self.insert(i);
-        }
-        self
-    }
-
-    /// Also reads the output when `cond` holds.
-    pub(crate) fn with_output_if(mut self, cond: bool) -> Reads {
-        self.output |= cond;
-        self
-    }
-
-    /// Whether input `i` is read.
-    pub(crate) fn has_input(&self, i: usize) -> bool {
-        contains(self.low, &self.high, i)
-    }
-
-    /// Adds input `i`.
-    pub(crate) fn insert(&mut self, i: usize) {
-        insert(&mut self.low, &mut self.high, i);
-    }
-}
-
-/// Which inputs of an op are tracked (need a gradient): any number of them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Tracked {
-    low: u32,
-    high: Option<Box<Spill>>,
-}
-
-impl Tracked {
-    /// The tracked inputs of `inputs`, where `tracked(input)` says whether one is.
-    fn of<T>(inputs: &[T], tracked: impl Fn(&T) -> bool) -> Self {
-        let mut set = Tracked::default();
-        for (i, input) in inputs.iter().enumerate() {
-            if tracked(input) {
-                insert(&mut set.low, &mut set.high, i);
-            }
-        }
-        set
-    }
-
-    /// Whether input `i` is tracked.
-    pub(crate) fn get(&self, i: usize) -> bool {
-        contains(self.low, &self.high, i)
-    }
-
-    /// Whether no input is tracked.
-    fn is_empty(&self) -> bool {
-        self.low == 0 && self.high.is_none()
-    }
-}
-
-/// An op, described once (NOTE [one-rule]).
-pub(crate) trait Rule<B: BackendTypes>: Send + Sync + 'static {
-    /// Name and cost class, for policies and statistics.
-    fn info(&self) -> OpInfo;
-
-    /// Computes the output from the inputs. Runs in the forward pass and in every replay.
-    fn forward(&self, inputs: Values<B>) -> FloatTensor<B>;
-
-    /// What the backward step reads, given which inputs need a gradient.
-    fn reads(&self, tracked: Tracked) -> Reads;
-
-    /// The backward step: from the output's gradient, sets the gradient of each tracked input.
-    fn vjp(&self, cx: &mut Vjp<'_, B>, grad: FloatTensor<B>);
-
-    /// Whether replaying `forward` reproduces the output bit for bit. False for random ops
-    /// and transfers between backends.
-    fn replayable(&self) -> bool {
-        self.info().cost != policy::Cost::Random
-    }
-
-    /// Whether a replay of `forward` reads input `i`. Every input, but for custom ops:
-    /// their first inputs are parents for the gradient only, and a replay reads the inputs
-    /// their retro-forward declared.
-    fn replay_input(&self, _i: usize) -> bool {
-        true
-    }
-
-    /// Parents on another inner backend (only transfers have some).
-    fn push_foreign_parents(&self, _out: &mut Vec<Arc<dyn GraphNode>>) {}
-}
-
-/// The context of one backward step: reads saved values, sets input gradients.
-pub(crate) struct Vjp<'a, B: BackendTypes> {
-    node: &'a Node<B>,
-    inputs: &'a [Input<B>],
-    reads: &'a Reads,
-    done: Reads,
-    grads: &'a mut Gradients,
-}
-
-impl<'a, B: Backend> Vjp<'a, B> {
-    pub(crate) fn new(
-        node: &'a Node<B>,
-        inputs: &'a [Input<B>],
-        reads: &'a Reads,
-        grads: &'a mut Gradients,
-    ) -> Self {
-        Self {
-            node,
-            inputs,
-            reads,
-            done: Reads::NOTHING,
-            grads,
-        }
-    }
-
-    /// Whether input `i` needs a gradient.
-    pub(crate) fn needs_grad(&self, i: usize) -> bool {
-        self.inputs[i].node.is_some()
-    }
-
-    /// The value of input `i`, which the rule declared it reads.
-    pub(crate) fn input(&mut self, i: usize) -> FloatTensor<B> {
-        debug_assert!(
-            self.reads.has_input(i) && !self.done.has_input(i),
-            "remat internal error: op `{}` reads input {i} without declaring it (or twice)",
-            self.node.name
-        );
-        self.done.insert(i);
-        retrieve::read_input(&self.inputs[i])
-    }
-
-    /// The op's output, which the rule declared it reads.
-    pub(crate) fn output(&mut self) -> FloatTensor<B> {
-        debug_assert!(
-            self.reads.output && !self.done.output,
-            "remat internal error: op `{}` reads its output without declaring it (or twice)",
-            self.node.name
-        );
-        self.done.output = true;
-        retrieve::read_value(self.node)
-    }
-
-    /// An argument with input `i`'s shape for a kernel that reads only its shape
-    /// (NOTE [shape-only-arguments]): the input's value when it is kept anyway (stored in its
-    /// producer's slot for a read still to come, or held on the edge), else one element
-    /// broadcast to `shape`. Makes no read, rebuilds nothing and allocates no input-sized
-    /// buffer.
-    pub(crate) fn shape_arg(
-        &self,
-        i: usize,
-        shape: &Shape,
-        like: &FloatTensor<B>,
-    ) -> FloatTensor<B> {
-        let input = &self.inputs[i];
-        let kept = match input.producer() {
-            Some(producer) => match &producer.lock().slot {
-                Slot::Stored(kept) => Some(kept.get().clone()),
-                Slot::Evicted(_) | Slot::Unneeded => None,
-            },
-            None => input.held.as_ref().map(|kept| kept.get().clone()),
-        };
-        kept.unwrap_or_else(|| shape_only::<B>(shape.clone(), like))
-    }
-
-    /// Sets the gradient of input `i` (accumulated with other gradients of the same node).
-    /// Dropped when the input needs none.
-    pub(crate) fn set(&mut self, i: usize, grad: FloatTensor<B>) {
-        if let Some(node) = &self.inputs[i].node {
-            self.grads.register::<B>(node.id, grad);
-        }
-    }
-
-    /// Like [`set`](Self::set), with a gradient a collective wrote that is not synchronised
-    /// yet: it is synchronised before it is first read (NOTE [lazy-collectives] in
-    /// `backend/distributed.rs`).
-    pub(crate) fn set_unsynced(&mut self, i: usize, grad: FloatTensor<B>) {
-        match &self.inputs[i].node {
-            Some(node) => self.grads.register_unsynced::<B>(node.id, grad),
-            // Nothing will read it: synchronise before its buffer is released.
-            None => B::sync_collective(&grad.device()),
-        }
-    }
-
-    /// The id of the node whose step this is.
-    pub(crate) fn node_id(&self) -> NodeId {
-        self.node.id
-    }
-
-    /// The id of input `i`'s node and whether it is a leaf, when it needs a gradient.
-    pub(crate) fn input_node(&self, i: usize) -> Option<(NodeId, bool)> {
-        self.inputs[i]
-            .node
-            .as_ref()
-            .map(|n| (n.id, n.kind == NodeKind::Leaf))
-    }
-
-    /// The gradients container, for rules whose parents live on another backend.
-    pub(crate) fn grads(&mut self) -> &mut Gradients {
-        self.grads
-    }
-
-    /// Releases the declared reads the rule did not make, so that counts drain, without
-    /// rebuilding the values they would have read (NOTE [release-without-rebuild]).
-    pub(crate) fn release_unread(&mut self) {
-        for i in 0..self.inputs.len() {
-            if self.reads.has_input(i) && !self.done.has_input(i) {
-                self.done.insert(i);
-                retrieve::release_input(&self.inputs[i]);
-            }
-        }
-        if self.reads.output && !self.done.output {
-            self.done.output = true;
-            retrieve::release(self.node);
-        }
-    }
-}
 
 /// Records `rule` applied to `inputs` and returns its output.
 ///
@@ -372,7 +90,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
 
     let info = rule.info();
     let mut placement = policy::place(&info, rule.replayable(), balanced);
-    placement.leaf_view = info.cost == policy::Cost::Alias
+    placement.leaf_view = info.cost == crate::graph::Cost::Alias
         && inputs
             .iter()
             .all(|t| t.node.as_ref().is_some_and(|n| n.kind == NodeKind::Leaf));
@@ -519,7 +237,7 @@ fn edge<B: Backend>(
 fn finish_node<B: Backend, R: Rule<B>>(
     rule: R,
     info: OpInfo,
-    placement: policy::Placement,
+    placement: Placement,
     edges: SmallVec<[Input<B>; 2]>,
     reads: Reads,
     output: FloatTensor<B>,
@@ -546,7 +264,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
                 .cost_ns
                 .unwrap_or_else(|| budget::estimate(info.cost, bytes)),
             replayable: placement.recompute,
-            in_region: placement.region != 0,
+            in_region: placement.region.is_some(),
             reads_output: reads.output,
             fixed_bytes: edges
                 .iter()
