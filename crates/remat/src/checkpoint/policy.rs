@@ -423,13 +423,15 @@ pub(crate) fn in_region<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Decides, at record time, whether an op's output is rebuilt rather than kept.
+/// The policy's answer for an op being recorded: whether its output may be rebuilt, with
+/// its region and budget, and whether the answer came from [`Policy::Balanced`] (which also
+/// weighs bytes: NOTE [thrifty-balanced] in `decide.rs`, the one caller).
 ///
 /// `balanced` is true for graphs recorded under Burn's `BalancedCheckpointing`; it only
 /// picks the default when no policy was chosen (NOTE [process-policy]). A [`Selector`] is
 /// asked after the thread's context and the process-wide policy are released: the user's
 /// rule may itself call [`set_policy`], [`with_policy`] or record ops.
-pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement {
+pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> (Placement, bool) {
     let (region, answer) = CONTEXT.with(|cx| {
         let cx = cx.borrow();
         // NOTE [regions]: the outermost open region: a value stays rebuildable until every
@@ -461,13 +463,13 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
         .unwrap_or_else(process_budget)
         .map_or(0, super::budget::intern);
     let (recompute, thrifty) = answer.resolve(op);
-    Placement {
+    let placement = Placement {
         recompute: recompute && replayable,
         leaf_view: false,
         region,
-        thrifty,
         budget,
-    }
+    };
+    (placement, thrifty)
 }
 
 /// A policy's answer for one op, or the user rule that will give it once no borrow or lock

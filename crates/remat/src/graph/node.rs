@@ -288,8 +288,9 @@ impl<B: Backend> Node<B> {
 
     /// Marks this node's output as needed by a consumer being recorded.
     ///
-    /// `rebuildable` says whether the consumer may rely on a replay of this node (its
-    /// placement recomputes and its region is still open); otherwise the value is stored now.
+    /// `rebuildable` is the decision layer's answer (`checkpoint::decide`, `Forced::Recompute`
+    /// for this input): the consumer may rely on a replay of this node, which stays evicted
+    /// (or becomes so); otherwise the value is stored now. Nothing is decided here.
     pub(crate) fn require_value(&self, value: &FloatTensor<B>, rebuildable: bool) {
         let mut state = self.lock();
         match state.slot {

@@ -59,10 +59,6 @@ pub(crate) struct Placement {
     /// cleared by the region when it closes; `None` outside any region. The value stays
     /// rebuildable for later consumers only while it is set.
     pub(crate) region: Option<Arc<AtomicBool>>,
-    /// The recompute decision came from `Policy::Balanced`, which also weighs bytes: the
-    /// output is kept after all when rebuilding it would keep as many new bytes (NOTE
-    /// [thrifty-balanced] in `checkpoint/decide.rs`).
-    pub(crate) thrifty: bool,
     /// The `Policy::Budget` the op was recorded under (an id from `budget::intern`), 0
     /// for none. Such an op is planned by the budget (NOTE \[budget\]).
     pub(crate) budget: u32,
@@ -74,7 +70,6 @@ impl Placement {
         recompute: false,
         leaf_view: false,
         region: None,
-        thrifty: false,
         budget: 0,
     };
 

@@ -12,11 +12,13 @@ use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use crate::checkpoint::budget;
-use crate::checkpoint::policy::{self, OpInfo};
+use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
+use crate::graph::OpInfo;
 use crate::graph::{
     Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
     Values,
 };
+use crate::planner::Forced;
 use crate::stats::KeepReason;
 use crate::tensor::AutodiffTensor;
 
@@ -59,7 +61,18 @@ pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
         "remat internal error: record_unread on a rule that reads its input or is replayed"
     );
     let info = rule.info();
-    let placement = policy::place(&info, false, balanced);
+    let decision = decide(
+        &OpFacts {
+            info,
+            replayable: false,
+            balanced,
+            reads: &Reads::NOTHING,
+            replay_reads: &|_| false,
+            inputs: &[InputState::GradientOnly],
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    );
     let edge = Input {
         node: Some(parent),
         held: None,
@@ -67,12 +80,62 @@ pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
     finish_node(
         rule,
         info,
-        placement,
+        decision.placement,
         smallvec::smallvec![edge],
         Reads::NOTHING,
+        decision.output,
         output,
         Budgeted::default(),
     )
+}
+
+/// Records a transfer from another inner backend: a node with no input on this backend (the
+/// rule reaches its parent), never replayed, whose step reads nothing; not planned by a
+/// budget (the value never waits for backward).
+pub(crate) fn record_transfer<B: Backend, R: Rule<B>>(
+    rule: R,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    let info = rule.info();
+    let decision = decide(
+        &OpFacts {
+            info,
+            replayable: false,
+            balanced,
+            reads: &Reads::NOTHING,
+            replay_reads: &|_| false,
+            inputs: &[],
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    );
+    let op = OpState {
+        rule: Box::new(rule),
+        inputs: SmallVec::new(),
+        reads: Reads::NOTHING,
+    };
+    let node = Node::op(info, decision.placement, op, Slot::Unneeded);
+    AutodiffTensor::tracked(output, Arc::new(node))
+}
+
+/// The output size for [`decide`] where it never asks (`weigh_bytes` is false).
+fn never_weighed() -> u64 {
+    panic!("remat internal error: the decision weighed an op recorded with weigh_bytes false")
+}
+
+/// What the decision layer is told about one input (see [`InputState`]).
+fn state_of<B: Backend>(input: &AutodiffTensor<B>) -> InputState {
+    match &input.node {
+        None => InputState::Untracked,
+        Some(node) if node.kind == NodeKind::Leaf => InputState::Leaf,
+        Some(node) => InputState::Op {
+            rebuildable: node.rebuildable(),
+            stored: node.is_stored(),
+            budgeted: node.placement.budget != 0,
+            bytes: bytes::<B>(&input.primitive) as u64,
+        },
+    }
 }
 
 fn record_impl<B: Backend, R: Rule<B>>(
@@ -89,65 +152,50 @@ fn record_impl<B: Backend, R: Rule<B>>(
     }
 
     let info = rule.info();
-    let mut placement = policy::place(&info, rule.replayable(), balanced);
-    placement.leaf_view = info.cost == crate::graph::Cost::Alias
-        && inputs
-            .iter()
-            .all(|t| t.node.as_ref().is_some_and(|n| n.kind == NodeKind::Leaf));
     let reads = rule.reads(tracked);
+    let states: SmallVec<[InputState; 2]> = inputs.iter().map(state_of).collect();
     let mut output = output;
-    if placement.thrifty {
-        // NOTE [thrifty-balanced]: Balanced rebuilds a cheap output to save its bytes, but a
-        // rebuild needs the op's inputs. Inputs kept for nothing else (an op output no step
-        // reads yet, and that cannot be rebuilt itself) would cost bytes of their own: when
-        // they cost at least the output's, keeping the output instead saves the replays at
-        // no cost in memory (e.g. conv -> relu, matmul -> add bias). Inputs the op's own
-        // backward reads are kept anyway and cost nothing here.
-        let extra: usize = inputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !reads.has_input(*i))
-            .filter_map(|(_, t)| match &t.node {
-                Some(parent)
-                    if parent.kind == NodeKind::Op
-                        && !parent.rebuildable()
-                        && !parent.is_stored() =>
-                {
-                    Some(bytes::<B>(&t.primitive))
-                }
-                _ => None,
-            })
-            .sum();
-        if extra > 0 {
-            // Every input is retained for the replay in this case: computing the output
-            // first (on clones) takes no in-place opportunity away.
-            let out = output.take().unwrap_or_else(|| {
+    let Decision {
+        placement,
+        output: output_mark,
+        inputs: marks,
+    } = decide(
+        &OpFacts {
+            info,
+            replayable: rule.replayable(),
+            balanced,
+            reads: &reads,
+            replay_reads: &|i| rule.replay_input(i),
+            inputs: &states,
+            weigh_bytes: true,
+        },
+        &mut || {
+            // Asked only when Balanced recomputes the op: every input is then retained for
+            // the replay, so computing the output first (on clones) takes no in-place
+            // opportunity away.
+            let out = output.get_or_insert_with(|| {
                 rule.forward(inputs.iter().map(|t| t.primitive.clone()).collect())
             });
-            if extra >= bytes::<B>(&out) {
-                placement.recompute = false;
-            }
-            output = Some(out);
-        }
-    }
+            bytes::<B>(out) as u64
+        },
+    );
 
     if placement.budget != 0 {
         // NOTE [budget]: room for the constants the edges will hold, before they are held.
         let constants = inputs
             .iter()
-            .enumerate()
-            .filter(|(i, t)| t.node.is_none() && (reads.has_input(*i) || placement.recompute))
-            .map(|(_, t)| bytes::<B>(&t.primitive) as u64)
+            .zip(&marks)
+            .filter(|(t, mark)| t.node.is_none() && mark.is_some())
+            .map(|(t, _)| bytes::<B>(&t.primitive) as u64)
             .sum();
         budget::reserve(placement.budget, constants);
     }
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     let mut budgeted = Budgeted::default();
-    for (i, input) in inputs.into_iter().enumerate() {
-        let needed = reads.has_input(i) || placement.recompute;
-        let (edge, primitive) = edge(input, needed, placement.budget != 0, info.name);
-        if placement.budget != 0 && needed {
+    for (input, mark) in inputs.into_iter().zip(&marks) {
+        let (edge, primitive) = edge(input, *mark, info.name);
+        if placement.budget != 0 && mark.is_some() {
             budgeted.in_hand(&edge, &primitive);
         }
         edges.push(edge);
@@ -168,7 +216,16 @@ fn record_impl<B: Backend, R: Rule<B>>(
         }
         None => rule.forward(values),
     };
-    finish_node(rule, info, placement, edges, reads, output, budgeted)
+    finish_node(
+        rule,
+        info,
+        placement,
+        edges,
+        reads,
+        output_mark,
+        output,
+        budgeted,
+    )
 }
 
 /// What the budget's session needs from the recording of one op (NOTE \[budget\] in
@@ -203,27 +260,23 @@ fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
     tensor.shape().num_elements() * tensor.dtype().size()
 }
 
-/// The edge from an op to one of its inputs. When the backward step (or a replay) will read
-/// the input's value, it is kept: by the producing node (which may rebuild it instead), or
-/// held by the edge for leaves and untracked values. Under a budget (`budgeted`: the op was
-/// recorded under one), a producer recorded under the budget too waits for the planner:
-/// marked needed, stored only if the planner keeps it (NOTE \[budget\]; the planner keeps a
-/// value that cannot be rebuilt for as long as anything may read it).
+/// The edge from an op to one of its inputs, with the input's mark from [`decide`]: a
+/// retained value is kept by the producing node (`Keep`: stored now; `Recompute`: marked
+/// needed, left to a replay or, under a budget, to the planner's `Keep`), or held by the edge
+/// for leaves and untracked values.
 fn edge<B: Backend>(
     input: AutodiffTensor<B>,
-    needed: bool,
-    budgeted: bool,
+    mark: Option<Forced>,
     op: &'static str,
 ) -> (Input<B>, FloatTensor<B>) {
     let AutodiffTensor {
         primitive, node, ..
     } = input;
     let mut held = None;
-    if needed {
+    if let Some(mark) = mark {
         match &node {
             Some(parent) if parent.kind == NodeKind::Op => {
-                let planned = budgeted && parent.placement.budget != 0;
-                parent.require_value(&primitive, planned || parent.rebuildable());
+                parent.require_value(&primitive, mark == Forced::Recompute);
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
             None => held = Some(Kept::new(primitive.clone(), KeepReason::Constant, op)),
@@ -240,6 +293,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
     placement: Placement,
     edges: SmallVec<[Input<B>; 2]>,
     reads: Reads,
+    output_mark: Option<Forced>,
     output: FloatTensor<B>,
     budgeted: Budgeted<B>,
 ) -> AutodiffTensor<B> {
@@ -280,12 +334,10 @@ fn finish_node<B: Backend, R: Rule<B>>(
             in_hand: budgeted.in_hand,
         }
     });
-    let slot = if !reads.output {
-        Slot::Unneeded
-    } else if placement.recompute {
-        Slot::Evicted(Signature::of::<B>(&output))
-    } else {
-        Slot::Stored(Kept::new(output.clone(), KeepReason::Saved, info.name))
+    let slot = match output_mark {
+        None => Slot::Unneeded,
+        Some(Forced::Recompute) => Slot::Evicted(Signature::of::<B>(&output)),
+        Some(Forced::Keep) => Slot::Stored(Kept::new(output.clone(), KeepReason::Saved, info.name)),
     };
     let op = OpState {
         rule: Box::new(rule),
@@ -326,16 +378,41 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
         return AutodiffTensor::new(output);
     }
     let info = rule.info();
-    let placement = policy::place(&info, rule.replayable(), balanced);
     let reads = rule.reads(tracked);
+    let states: Vec<InputState> = inputs
+        .iter()
+        .map(|input| match input {
+            CustomInput::Parent(_) => InputState::GradientOnly,
+            CustomInput::Read(t) | CustomInput::Replay(t) => state_of(t),
+        })
+        .collect();
+    let Decision {
+        placement,
+        output: output_mark,
+        inputs: marks,
+    } = decide(
+        &OpFacts {
+            info,
+            replayable: rule.replayable(),
+            balanced,
+            reads: &reads,
+            replay_reads: &|i| rule.replay_input(i),
+            inputs: &states,
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    );
     if placement.budget != 0 {
         // NOTE [budget]: room for the constants the edges will hold, before they are held.
         let constants = inputs
             .iter()
-            .enumerate()
-            .filter_map(|(i, input)| match input {
-                CustomInput::Read(t) if t.node.is_none() && reads.has_input(i) => Some(t),
-                CustomInput::Replay(t) if t.node.is_none() && placement.recompute => Some(t),
+            .zip(&marks)
+            .filter_map(|(input, mark)| match input {
+                CustomInput::Read(t) | CustomInput::Replay(t)
+                    if t.node.is_none() && mark.is_some() =>
+                {
+                    Some(t)
+                }
                 _ => None,
             })
             .map(|t| bytes::<B>(&t.primitive) as u64)
@@ -345,19 +422,27 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
     let mut budgeted = Budgeted::default();
     let edges = inputs
         .into_iter()
-        .enumerate()
-        .map(|(i, input)| {
-            let (tensor, needed) = match input {
+        .zip(&marks)
+        .map(|(input, mark)| {
+            let tensor = match input {
                 CustomInput::Parent(node) => return Input { node, held: None },
-                CustomInput::Read(tensor) => (tensor, reads.has_input(i)),
-                CustomInput::Replay(tensor) => (tensor, placement.recompute),
+                CustomInput::Read(tensor) | CustomInput::Replay(tensor) => tensor,
             };
-            let (edge, value) = edge(tensor, needed, placement.budget != 0, info.name);
-            if placement.budget != 0 && needed {
+            let (edge, value) = edge(tensor, *mark, info.name);
+            if placement.budget != 0 && mark.is_some() {
                 budgeted.in_hand(&edge, &value);
             }
             edge
         })
         .collect();
-    finish_node(rule, info, placement, edges, reads, output, budgeted)
+    finish_node(
+        rule,
+        info,
+        placement,
+        edges,
+        reads,
+        output_mark,
+        output,
+        budgeted,
+    )
 }
