@@ -152,3 +152,85 @@ pub(crate) fn decide(facts: &OpFacts<'_>, output_bytes: &mut dyn FnMut() -> u64)
         inputs,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::policy::{Policy, with_policy};
+
+    const CHEAP: OpInfo = OpInfo {
+        name: "exp",
+        cost: Cost::Cheap,
+    };
+
+    /// An input recorded by a kept (compute-bound) op that nothing stored yet.
+    const UNSTORED: InputState = InputState::Op {
+        rebuildable: false,
+        stored: false,
+        budgeted: false,
+        bytes: 64,
+    };
+
+    fn facts<'a>(reads: &'a Reads, inputs: &'a [InputState], weigh: bool) -> OpFacts<'a> {
+        OpFacts {
+            info: CHEAP,
+            replayable: true,
+            balanced: false,
+            reads,
+            replay_reads: &|_| true,
+            inputs,
+            weigh_bytes: weigh,
+        }
+    }
+
+    /// NOTE [thrifty-balanced]: a cheap output is kept when rebuilding it would retain at
+    /// least its bytes of inputs that nothing else keeps; otherwise it is rebuilt and the
+    /// input kept for the replay. The output's size is asked once.
+    #[test]
+    fn balanced_weighs_the_inputs_a_rebuild_retains() {
+        with_policy(Policy::Balanced, || {
+            for (out_bytes, recompute) in [(64, false), (128, true)] {
+                let mut asked = 0;
+                let reads = Reads::OUTPUT;
+                let decision = decide(&facts(&reads, &[UNSTORED], true), &mut || {
+                    asked += 1;
+                    out_bytes
+                });
+                assert_eq!(asked, 1);
+                assert_eq!(decision.placement.recompute, recompute);
+                let (output, input) = if recompute {
+                    (Forced::Recompute, Some(Forced::Keep))
+                } else {
+                    (Forced::Keep, None)
+                };
+                assert_eq!(decision.output, Some(output));
+                assert_eq!(decision.inputs.as_slice(), &[input]);
+            }
+        });
+    }
+
+    /// Without weighing (custom ops) the output's size is never asked.
+    #[test]
+    fn an_unweighed_op_is_not_asked_its_size() {
+        with_policy(Policy::Balanced, || {
+            let reads = Reads::NOTHING;
+            let decision = decide(&facts(&reads, &[UNSTORED], false), &mut || panic!("asked"));
+            assert!(decision.placement.recompute);
+            assert_eq!(decision.output, None);
+        });
+    }
+
+    /// NOTE [regions]: a value recorded in a region may be rebuilt for consumers until its
+    /// outermost region closes; the flag the node carries says so.
+    #[test]
+    fn a_region_value_is_rebuildable_until_its_outermost_region_closes() {
+        let reads = Reads::OUTPUT;
+        let inner = crate::checkpoint(|| {
+            let inner = crate::checkpoint(|| decide(&facts(&reads, &[], true), &mut || 0));
+            assert!(inner.placement.region_open(), "outer region still open");
+            inner
+        });
+        assert_eq!(inner.output, Some(Forced::Recompute));
+        assert!(!inner.placement.region_open());
+    }
+}

@@ -13,7 +13,6 @@ use smallvec::SmallVec;
 
 use crate::checkpoint::budget;
 use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
-use crate::graph::OpInfo;
 use crate::graph::{
     Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
     Values,
@@ -79,7 +78,6 @@ pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
     };
     finish_node(
         rule,
-        info,
         decision.placement,
         smallvec::smallvec![edge],
         Reads::NOTHING,
@@ -216,16 +214,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
         }
         None => rule.forward(values),
     };
-    finish_node(
-        rule,
-        info,
-        placement,
-        edges,
-        reads,
-        output_mark,
-        output,
-        budgeted,
-    )
+    finish_node(rule, placement, edges, reads, output_mark, output, budgeted)
 }
 
 /// What the budget's session needs from the recording of one op (NOTE \[budget\] in
@@ -289,7 +278,6 @@ fn edge<B: Backend>(
 /// the thread's session (NOTE \[budget\]).
 fn finish_node<B: Backend, R: Rule<B>>(
     rule: R,
-    info: OpInfo,
     placement: Placement,
     edges: SmallVec<[Input<B>; 2]>,
     reads: Reads,
@@ -297,6 +285,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
     output: FloatTensor<B>,
     budgeted: Budgeted<B>,
 ) -> AutodiffTensor<B> {
+    let info = rule.info();
     let recorded = (placement.budget != 0).then(|| {
         let ids = |read: &dyn Fn(usize) -> bool| -> Vec<NodeId> {
             edges
@@ -435,14 +424,5 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
             edge
         })
         .collect();
-    finish_node(
-        rule,
-        info,
-        placement,
-        edges,
-        reads,
-        output_mark,
-        output,
-        budgeted,
-    )
+    finish_node(rule, placement, edges, reads, output_mark, output, budgeted)
 }

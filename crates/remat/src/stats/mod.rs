@@ -11,7 +11,7 @@
 //! - `live_bytes()` is the sum of the sizes of every value currently kept, by reason.
 //! - `peak_bytes` is the maximum of that sum since the last [`reset_stats`].
 //!
-//! The counting itself (tickets, counters, the sharded registry) is [`registry`], a bottom
+//! The counting itself (tickets, counters, the sharded registry) is `registry`, a bottom
 //! module the graph uses; this module holds the reports, which also ask the budget
 //! (`checkpoint::budget`) what it dropped and which budget ran last.
 
