@@ -490,7 +490,7 @@ impl Answer {
     };
 
     /// Whether the output is recomputed, and whether that came from [`Policy::Balanced`]
-    /// (which also weighs bytes: NOTE [thrifty-balanced] in `ops/rule.rs`).
+    /// (which also weighs bytes: NOTE [thrifty-balanced] in `decide.rs`).
     fn resolve(self, op: &OpInfo) -> (bool, bool) {
         match self {
             Answer::Given { recompute, thrifty } => (recompute, thrifty),

@@ -447,7 +447,7 @@ impl<B: Backend, BO: Backward<B, N>, const N: usize> Rule<B> for CustomRule<B, B
         }
         let out = NodeId::new();
         // The user's code runs with the mutex released (NOTE [replay-unlocked] in
-        // `checkpoint/retrieve.rs`): a node is replayed at most once at a time.
+        // `graph/retrieve.rs`): a node is replayed at most once at a time.
         let forward = lock(retro).take().unwrap_or_else(|| {
             panic!("remat internal error: a custom op's retro-forward ran twice at once")
         });
