@@ -42,8 +42,6 @@ pub(crate) enum InputState {
         /// Its value may be rebuilt for a later consumer: its policy recomputes it and its
         /// region (if any) is still open, or a budget plans it.
         rebuildable: bool,
-        /// Its value is kept now.
-        stored: bool,
         /// It was recorded under a budget (NOTE \[budget\]).
         budgeted: bool,
         /// Bytes of its value.
@@ -64,6 +62,9 @@ pub(crate) struct OpFacts<'a> {
     pub(crate) replay_reads: &'a dyn Fn(usize) -> bool,
     /// The inputs, in order.
     pub(crate) inputs: &'a [InputState],
+    /// Whether input `i` (an [`InputState::Op`]) is kept now. Asked only when Balanced
+    /// weighs bytes (it locks the producer).
+    pub(crate) stored: &'a dyn Fn(usize) -> bool,
     /// Whether Balanced may weigh the inputs a rebuild would retain against the output
     /// (NOTE [thrifty-balanced]). False for custom ops, whose replay inputs are the user's
     /// retro-forward's, kept as Burn keeps them.
@@ -102,13 +103,12 @@ pub(crate) fn decide(facts: &OpFacts<'_>, output_bytes: &mut dyn FnMut() -> u64)
             .iter()
             .enumerate()
             .filter(|(i, _)| !facts.reads.has_input(*i) && (facts.replay_reads)(*i))
-            .map(|(_, input)| match *input {
+            .map(|(i, input)| match *input {
                 InputState::Op {
                     rebuildable: false,
-                    stored: false,
                     bytes,
                     ..
-                } => bytes,
+                } if !(facts.stored)(i) => bytes,
                 _ => 0,
             })
             .sum();
@@ -166,7 +166,6 @@ mod tests {
     /// An input recorded by a kept (compute-bound) op that nothing stored yet.
     const UNSTORED: InputState = InputState::Op {
         rebuildable: false,
-        stored: false,
         budgeted: false,
         bytes: 64,
     };
@@ -179,6 +178,7 @@ mod tests {
             reads,
             replay_reads: &|_| true,
             inputs,
+            stored: &|_| false,
             weigh_bytes: weigh,
         }
     }
