@@ -24,8 +24,10 @@ use std::sync::Arc;
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 use burn_std::{DType, Shape};
 
-use crate::grads::Gradients;
-use crate::graph::{Node, NodeId, NodeKind, backward};
+use burn_backend::distributed::DistributedParams;
+
+use crate::grads::{GradKey, Gradients};
+use crate::graph::{GraphNode, Node, NodeId, NodeKind, PassHooks, ScheduledPass, backward};
 
 /// A float tensor of [`Autodiff`](crate::Autodiff) over inner backend `B`.
 #[derive(Debug)]
@@ -173,7 +175,10 @@ impl<B: Backend> AutodiffTensor<B> {
     /// If the pass reaches a node that an earlier backward pass consumed (graphs are not
     /// retained after backward, as in Burn).
     pub fn backward(self) -> Gradients {
-        backward(self)
+        let Self {
+            primitive, node, ..
+        } = self;
+        backward(node, primitive, &mut Hooks::<B>(core::marker::PhantomData))
     }
 
     /// The gradient of this tensor in `grads`, if any.
@@ -192,6 +197,27 @@ impl<B: Backend> AutodiffTensor<B> {
             grads.remove::<B>(id);
             grads.register::<B>(id, grad);
         }
+    }
+}
+
+/// What the layers above the graph give a backward pass on inner backend `B`: the budget's
+/// schedule (`checkpoint/pass.rs`) and the distributed leaves' gradient submission
+/// (`backend/distributed.rs`).
+struct Hooks<B>(core::marker::PhantomData<fn() -> B>);
+
+impl<B: Backend> PassHooks for Hooks<B> {
+    fn schedule(&mut self, order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn ScheduledPass>> {
+        crate::checkpoint::pass::schedule(order)
+    }
+
+    fn leaf_gradient(&mut self, leaf: NodeId, params: &DistributedParams, grads: &mut Gradients) {
+        crate::backend::submit_leaf_gradient::<B>(leaf, params, grads);
+    }
+}
+
+impl<B: BackendTypes> GradKey for &AutodiffTensor<B> {
+    fn grad_id(&self) -> Option<NodeId> {
+        self.node.as_ref().map(|node| node.id)
     }
 }
 

@@ -33,11 +33,12 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DeviceId};
 
 use crate::backend::Autodiff;
-use crate::checkpoint::policy::{Cost, OpInfo};
 use crate::checkpoint::strategy::CheckpointStrategy;
 use crate::grads::Gradients;
+use crate::graph::{Cost, OpInfo};
 use crate::graph::{NodeId, NodeKind};
-use crate::ops::rule::{Reads, Rule, Tracked, Values, Vjp, record_unread};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
+use crate::ops::record::record_unread;
 use crate::tensor::AutodiffTensor;
 
 impl<B: Backend, C: CheckpointStrategy> DistributedOps<Self> for Autodiff<B, C> {

@@ -1,17 +1,20 @@
 //! Checkpointing: which values are kept, which are rebuilt, and how a rebuild runs.
 //!
-//! - [`policy`]: run-time policies, scopes and regions (decided at record time);
+//! - [`policy`]: run-time policies, scopes and regions;
+//! - `decide`: the one decision for a recorded op (what is kept, what may be rebuilt,
+//!   which inputs are retained), from plain facts, in the planner's vocabulary;
 //! - [`strategy`]: Burn's type-level strategies, mapped onto policies;
 //! - `budget`: [`Policy::Budget`](policy::Policy::Budget), the engine's side of the planner
 //!   (NOTE \[budget\]);
-//! - `retrieve`: handing saved values to backward steps, replaying dropped ones.
+//! - `pass`: the budget's hooks in a backward pass (a schedule the graph's traversal runs).
 //!
 //! # Invariants
 //! - Policies never see a tensor; retrieval never decides what to keep.
 
 pub(crate) mod budget;
+pub(crate) mod decide;
+pub(crate) mod pass;
 pub mod policy;
-pub(crate) mod retrieve;
 pub mod strategy;
 
 /// Runs `f` as a checkpoint region, in the spirit of PyTorch's `torch.utils.checkpoint`.

@@ -25,32 +25,12 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::strategy::CheckpointStrategy;
-
-/// How expensive an op is to replay, relative to keeping its output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Cost {
-    /// A view or layout change (reshape, transpose, slice, expand): no arithmetic.
-    Alias,
-    /// Element-wise or otherwise memory-bound work (add, exp, relu, mask ...).
-    Cheap,
-    /// Compute-bound work: matmul, convolution, reductions, pooling, attention.
-    Compute,
-    /// Draws random numbers: never replayed, its output is always kept.
-    Random,
-}
-
-/// What a policy knows about a recorded op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpInfo {
-    /// The op's name, e.g. `"matmul"`, `"exp"`, `"conv2d"`.
-    pub name: &'static str,
-    /// Its cost class.
-    pub cost: Cost,
-}
+use crate::graph::Placement;
+pub use crate::graph::{Cost, OpInfo};
 
 /// A policy's answer for one op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,8 +229,8 @@ thread_local! {
 struct Context {
     /// `with_policy` overrides, innermost last.
     scoped: Vec<Policy>,
-    /// Active region instances, innermost last.
-    regions: Vec<u64>,
+    /// The "open" flags of the active regions, innermost last (NOTE [regions]).
+    regions: Vec<Arc<AtomicBool>>,
 }
 
 /// Sets the policy of every graph recorded from now on, in the whole process, whatever
@@ -423,51 +403,44 @@ impl<F: Fn(&mut Context)> Drop for PopOnDrop<F> {
 }
 
 /// Runs `f` as a checkpoint region (see [`checkpoint`](crate::checkpoint)).
+///
+/// NOTE [regions]: a node recorded in a region carries the "open" flag of the outermost region
+/// open then ([`Placement::region`]); the region clears it when it closes, also when `f`
+/// unwinds. Until then a consumer may rely on a replay of the node's value; after, a consumer
+/// stores it. So nested regions nest: an inner region's output read inside the outer region
+/// stays rebuildable, and is rebuilt with the outer region's values.
 pub(crate) fn in_region<R>(f: impl FnOnce() -> R) -> R {
-    use core::sync::atomic::{AtomicU64, Ordering};
-    static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
-    let region = NEXT_REGION.fetch_add(1, Ordering::Relaxed);
-    CONTEXT.with(|cx| cx.borrow_mut().regions.push(region));
+    CONTEXT.with(|cx| {
+        cx.borrow_mut()
+            .regions
+            .push(Arc::new(AtomicBool::new(true)))
+    });
     let _guard = PopOnDrop(|cx: &mut Context| {
-        cx.regions.pop();
+        if let Some(open) = cx.regions.pop() {
+            open.store(false, Ordering::Release);
+        }
     });
     f()
 }
 
-/// The decision for one recorded op: whether its output may be rebuilt, and the outermost
-/// region instance it was recorded in (0 outside any region).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Placement {
-    pub(crate) recompute: bool,
-    /// The output is a view (an [`Cost::Alias`] op) of leaves only: keeping it holds the
-    /// leaves' memory, which is the user's, so it is counted with the leaves.
-    pub(crate) leaf_view: bool,
-    pub(crate) region: u64,
-    /// The recompute decision came from [`Policy::Balanced`], which also weighs bytes: the
-    /// output is kept after all when rebuilding it would keep as many new bytes (NOTE
-    /// [thrifty-balanced] in `ops/rule.rs`).
-    pub(crate) thrifty: bool,
-    /// The [`Policy::Budget`] the op was recorded under (an id from `budget::intern`), 0
-    /// for none. Such an op is planned by the budget (NOTE \[budget\]).
-    pub(crate) budget: u32,
-}
-
-/// Decides, at record time, whether an op's output is rebuilt rather than kept.
+/// The policy's answer for an op being recorded: whether its output may be rebuilt, with
+/// its region and budget, and whether the answer came from [`Policy::Balanced`] (which also
+/// weighs bytes: NOTE [thrifty-balanced] in `decide.rs`, the one caller).
 ///
 /// `balanced` is true for graphs recorded under Burn's `BalancedCheckpointing`; it only
 /// picks the default when no policy was chosen (NOTE [process-policy]). A [`Selector`] is
 /// asked after the thread's context and the process-wide policy are released: the user's
 /// rule may itself call [`set_policy`], [`with_policy`] or record ops.
-pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement {
+pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> (Placement, bool) {
     let (region, answer) = CONTEXT.with(|cx| {
         let cx = cx.borrow();
         // NOTE [regions]: the outermost open region: a value stays rebuildable until every
         // region it was recorded in has closed, so nested regions nest (an inner region's
         // output read inside the outer one is rebuilt with it, not kept).
-        let region = cx.regions.first().copied().unwrap_or(0);
+        let region = cx.regions.first().cloned();
         let answer = if !replayable {
             Some(Answer::KEEP)
-        } else if region != 0 {
+        } else if region.is_some() {
             // NOTE [regions]: inside a region every replayable value is rebuilt.
             Some(Answer::RECOMPUTE)
         } else {
@@ -490,13 +463,13 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> Placement 
         .unwrap_or_else(process_budget)
         .map_or(0, super::budget::intern);
     let (recompute, thrifty) = answer.resolve(op);
-    Placement {
+    let placement = Placement {
         recompute: recompute && replayable,
         leaf_view: false,
         region,
-        thrifty,
         budget,
-    }
+    };
+    (placement, thrifty)
 }
 
 /// A policy's answer for one op, or the user rule that will give it once no borrow or lock
@@ -517,7 +490,7 @@ impl Answer {
     };
 
     /// Whether the output is recomputed, and whether that came from [`Policy::Balanced`]
-    /// (which also weighs bytes: NOTE [thrifty-balanced] in `ops/rule.rs`).
+    /// (which also weighs bytes: NOTE [thrifty-balanced] in `decide.rs`).
     fn resolve(self, op: &OpInfo) -> (bool, bool) {
         match self {
             Answer::Given { recompute, thrifty } => (recompute, thrifty),
@@ -542,9 +515,4 @@ fn process_budget() -> Option<u64> {
         return None;
     }
     process_policy().and_then(|policy| policy.budget_bytes())
-}
-
-/// Whether region instance `region` is active on this thread now (0 means "no region").
-pub(crate) fn region_active(region: u64) -> bool {
-    region == 0 || CONTEXT.with(|cx| cx.borrow().regions.contains(&region))
 }

@@ -3,6 +3,11 @@
 //!
 //! Cost: linear in nodes + edges. No recursion; no lock is held across steps (each node
 //! locks only itself, and its inputs child-first while it reads them).
+//!
+//! The layers above reach into a pass only through [`PassHooks`]: a schedule that carries
+//! the pass out instead of counted reads (the budget's, NOTE \[budget\] in
+//! `checkpoint/budget.rs`), and a callback for each distributed leaf whose gradient is
+//! complete (NOTE [distributed-backward] in `backend/distributed.rs`).
 
 use core::any::TypeId;
 use std::collections::HashMap;
@@ -11,23 +16,50 @@ use std::sync::Arc;
 use burn_backend::distributed::DistributedParams;
 use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
+use super::grads::Gradients;
 use super::{GraphNode, IdBuildHasher, Node, NodeId};
-use crate::checkpoint::budget;
-use crate::grads::Gradients;
-use crate::tensor::AutodiffTensor;
 
-/// Runs backward from `root`.
+/// What the layers above the graph give a backward pass.
+pub(crate) trait PassHooks {
+    /// Called once the pass's nodes are claimed and ordered, before any value is read or any
+    /// distributed parameter registered: a schedule that carries the pass out, or `None` for
+    /// the counted reads of the plain pass. May panic (a graph that cannot fit a budget):
+    /// nothing has run then.
+    fn schedule(&mut self, order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn ScheduledPass>>;
+
+    /// The gradient of distributed leaf `leaf` is complete: submit it under `params`. Every
+    /// distributed leaf lives on the loss's inner backend (checked before the pass starts).
+    fn leaf_gradient(&mut self, leaf: NodeId, params: &DistributedParams, grads: &mut Gradients);
+}
+
+/// A backward pass carried out by a schedule (see [`PassHooks::schedule`]).
+pub(crate) trait ScheduledPass {
+    /// Runs what the schedule does before node `i` of the order is finished (the node's
+    /// step among it); `order` holds the nodes not finished yet.
+    fn before_finish(
+        &mut self,
+        i: usize,
+        order: &[Option<Arc<dyn GraphNode>>],
+        grads: &mut Gradients,
+    );
+
+    /// After the last node was finished.
+    fn after_pass(&mut self);
+}
+
+/// Runs backward from `root`, the value of `node` (`None`: untracked, no gradient).
 ///
 /// # Panics
 /// If the pass reaches a node an earlier pass consumed (NOTE [no-retain-graph]), or a
 /// distributed parameter on another inner backend than the loss.
-pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
-    let AutodiffTensor {
-        primitive, node, ..
-    } = root;
+pub(crate) fn backward<B: Backend>(
+    node: Option<Arc<Node<B>>>,
+    primitive: FloatTensor<B>,
+    hooks: &mut dyn PassHooks,
+) -> Gradients {
     let device = primitive.device();
     let mut grads = match node {
-        Some(node) => run::<B>(node, primitive, &device),
+        Some(node) => run::<B>(node, primitive, &device, hooks),
         // Untracked: nothing to differentiate.
         None => Gradients::new(),
     };
@@ -39,7 +71,12 @@ pub(crate) fn backward<B: Backend>(root: AutodiffTensor<B>) -> Gradients {
 }
 
 /// The pass proper, from a tracked root.
-fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device) -> Gradients {
+fn run<B: Backend>(
+    node: Arc<Node<B>>,
+    root: FloatTensor<B>,
+    device: &B::Device,
+    hooks: &mut dyn PassHooks,
+) -> Gradients {
     let mut grads = Gradients::new();
     let ones = B::float_ones(root.shape(), device, root.dtype().into());
     drop(root);
@@ -71,27 +108,26 @@ fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device)
     // NOTE [budget] in `checkpoint/budget.rs`: a pass over nodes recorded under a budget is
     // planned whole before any step runs (a graph that cannot fit panics here), then carried
     // out node by node.
-    let budget =
-        budget::pass_budget(&order).map(|budget| (budget, budget::plan_pass(&order, budget)));
+    let scheduled = hooks.schedule(&order);
     if !distributed.is_empty() {
         let params = distributed.iter().map(|(_, p)| p.clone()).collect();
         B::register_sync_parameters(device, params);
     }
-    if let Some((budget, (plan, mut held))) = budget {
+    if let Some(mut scheduled) = scheduled {
         let mut slots: Vec<Option<Arc<dyn GraphNode>>> = order.into_iter().map(Some).collect();
         let mut marked = distributed.iter().peekable();
         let mut undrained = Vec::new();
-        for (i, actions) in plan.iter().enumerate() {
-            budget::carry_out(&slots, actions, &mut grads, &mut held, budget);
+        for i in 0..slots.len() {
+            scheduled.before_finish(i, &slots, &mut grads);
             let n = slots[i].take().expect("each node is finished once");
             if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
-                n.submit_gradient(params, &mut grads);
+                hooks.leaf_gradient(n.id(), params, &mut grads);
             }
             if !n.finish() {
                 undrained.push(n.describe());
             }
         }
-        budget::after_pass();
+        scheduled.after_pass();
         check_drained(&undrained);
         return grads;
     }
@@ -110,7 +146,7 @@ fn run<B: Backend>(node: Arc<Node<B>>, root: FloatTensor<B>, device: &B::Device)
         n.step(&mut grads);
         if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
             // A leaf comes after all of its consumers: its gradient is complete.
-            n.submit_gradient(params, &mut grads);
+            hooks.leaf_gradient(n.id(), params, &mut grads);
         }
         if !n.finish() {
             undrained.push(n.describe());

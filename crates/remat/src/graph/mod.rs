@@ -5,7 +5,15 @@
 //! hold their node; nodes hold their inputs; the graph therefore lives exactly as long as
 //! something can still reach it (NOTE [graph-lifetime]).
 //!
+//! The bottom layer of the engine (ARCHITECTURE.md, "Layers"): the op trait backward runs
+//! ([`Rule`], [`Vjp`]), retrieval and rebuilds, the gradients container and the backward
+//! traversal. What a node keeps was decided above (`checkpoint::decide`) and arrives as
+//! plain data ([`Placement`], slots); the budget's schedule and the distributed leaves reach
+//! a pass through [`PassHooks`].
+//!
 //! # Invariants
+//! - Names only itself and the bottom utilities (`stats::registry`, `active`) of the crate
+//!   (`tests/layers.rs`): no policy, no recording, no tensor wrapper, no planner.
 //! - Every algorithm here is iterative: traversal, backward and drop use explicit stacks, so
 //!   a 100k-node chain neither overflows the stack when it runs nor when it is dropped.
 //! - A node's step runs at most once; afterwards the node is *consumed*: its op, inputs and
@@ -13,12 +21,17 @@
 //!   says why.
 
 mod backward;
+pub(crate) mod grads;
 mod node;
+mod op;
+mod retrieve;
 
-pub(crate) use backward::backward;
+pub(crate) use backward::{PassHooks, ScheduledPass, backward};
 pub(crate) use node::{
     GraphNode, Input, Kept, Node, NodeKind, OpState, ScheduleEntry, Signature, Slot,
 };
+pub use op::{Cost, OpInfo};
+pub(crate) use op::{Placement, Reads, Rule, Tracked, Values, Vjp};
 
 use core::sync::atomic::{AtomicU64, Ordering};
 

@@ -29,11 +29,10 @@ use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use super::NodeId;
-use crate::checkpoint::policy::{OpInfo, Placement};
-use crate::checkpoint::retrieve;
-use crate::grads::Gradients;
-use crate::ops::rule::{Reads, Rule, Vjp};
-use crate::stats::{self, KeepReason};
+use super::grads::Gradients;
+use super::op::{Cost, OpInfo, Placement, Reads, Rule, Vjp};
+use super::retrieve;
+use crate::stats::registry::{self as stats, KeepReason};
 
 /// Whether a node is a leaf or the output of a recorded op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +112,7 @@ impl<B: BackendTypes> Input<B> {
 }
 
 /// A value kept for backward; it is counted in [`stats`] (and listed by
-/// [`saved_values`](crate::stats::saved_values)) while it lives.
+/// `saved_values()`) while it lives.
 ///
 /// Boxed: most nodes and edges keep nothing, and an empty `Option<Kept>` is one word.
 pub(crate) struct Kept<B: BackendTypes>(Box<KeptValue<B>>);
@@ -237,13 +236,7 @@ impl<B: Backend> Node<B> {
             id,
             kind: NodeKind::Leaf,
             name: "leaf",
-            placement: Placement {
-                recompute: false,
-                leaf_view: false,
-                region: 0,
-                thrifty: false,
-                budget: 0,
-            },
+            placement: Placement::LEAF,
             state: Mutex::new(State {
                 op: None,
                 consumed: false,
@@ -285,9 +278,7 @@ impl<B: Backend> Node<B> {
     /// the region it was recorded in (if any) is still open (NOTE [regions]); under a budget,
     /// whenever the op is replayable (the budget plans region values too, NOTE \[budget\]).
     pub(crate) fn rebuildable(&self) -> bool {
-        self.placement.recompute
-            && (self.placement.budget != 0
-                || crate::checkpoint::policy::region_active(self.placement.region))
+        self.placement.recompute && (self.placement.budget != 0 || self.placement.region_open())
     }
 
     /// Whether this op node's value is kept now.
@@ -297,8 +288,9 @@ impl<B: Backend> Node<B> {
 
     /// Marks this node's output as needed by a consumer being recorded.
     ///
-    /// `rebuildable` says whether the consumer may rely on a replay of this node (its
-    /// placement recomputes and its region is still open); otherwise the value is stored now.
+    /// `rebuildable` is the decision layer's answer (`checkpoint::decide`, `Forced::Recompute`
+    /// for this input): the consumer may rely on a replay of this node, which stays evicted
+    /// (or becomes so); otherwise the value is stored now. Nothing is decided here.
     pub(crate) fn require_value(&self, value: &FloatTensor<B>, rebuildable: bool) {
         let mut state = self.lock();
         match state.slot {
@@ -393,9 +385,6 @@ pub(crate) trait GraphNode: Send + Sync {
     /// The distributed parameters of a leaf, if any.
     fn distributed(&self) -> Option<DistributedParams>;
 
-    /// Submits this leaf's gradient, complete now, for synchronisation under `params`.
-    fn submit_gradient(&self, params: &DistributedParams, grads: &mut Gradients);
-
     /// The inner backend of the node (a graph may span several).
     fn backend(&self) -> core::any::TypeId;
 
@@ -442,7 +431,7 @@ pub(crate) trait GraphNode: Send + Sync {
 pub(crate) struct ScheduleEntry {
     pub(crate) id: NodeId,
     pub(crate) name: &'static str,
-    pub(crate) cost: crate::checkpoint::policy::Cost,
+    pub(crate) cost: Cost,
     /// Bytes of the output (0 for a view of leaves: the user's memory).
     pub(crate) bytes: u64,
     /// Producers whose values a replay reads.
@@ -586,10 +575,6 @@ impl<B: Backend> GraphNode for Node<B> {
             return None;
         }
         self.lock().distributed.as_deref().cloned()
-    }
-
-    fn submit_gradient(&self, params: &DistributedParams, grads: &mut Gradients) {
-        crate::backend::submit_leaf_gradient::<B>(self.id, params, grads);
     }
 
     fn backend(&self) -> core::any::TypeId {
@@ -748,7 +733,7 @@ impl<B: Backend> GraphNode for Node<B> {
 mod tests {
     use super::*;
 
-    /// Per-op bookkeeping stays small: a node plus its boxed rule.
+    /// Per-op bookkeeping stays small: a node and an edge (the boxed rule: `ops/unary.rs`).
     #[test]
     fn a_node_is_small() {
         type F = burn_flex::Flex;
@@ -756,8 +741,6 @@ mod tests {
         let input = core::mem::size_of::<Input<F>>();
         assert!(input <= 16, "Input is {input} bytes");
         assert!(node <= 160, "Node is {node} bytes");
-        let rule = core::mem::size_of::<crate::ops::unary::Unary>();
-        assert!(rule <= 24, "Unary is {rule} bytes");
     }
 
     /// A replay whose result differs in shape from the forward pass is caught (debug).

@@ -6,9 +6,10 @@ use burn_backend::{Backend, Scalar};
 use smallvec::smallvec;
 
 use super::common::{bool_dtype, scalar};
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
+use super::record::record;
 use super::unary::take1;
-use crate::checkpoint::policy::{Cost, OpInfo};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// An activation function with its parameters.

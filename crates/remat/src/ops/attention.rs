@@ -14,8 +14,9 @@ use burn_std::Shape;
 use smallvec::smallvec;
 
 use super::common::{bool_dtype, scalar, unbroadcast};
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
-use crate::checkpoint::policy::{Cost, OpInfo};
+use super::record::record;
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// Attention with its untracked parameters. Inputs: `[q, k, v, bias?]`.

@@ -66,19 +66,11 @@ pub(crate) fn along(shape: &Shape, dim: usize, slice: burn_std::Slice) -> Vec<bu
 // kernels reshape it and CubeCL's permute it into a contiguous buffer), `interpolate_backward`
 // takes `x` and `embedding_backward` the weights (shape only). Rules do not save such a
 // value for its shape, and do not allocate an input-sized buffer for it either
-// ([`Vjp::shape_arg`](super::rule::Vjp::shape_arg)): they pass the value itself when it is
+// ([`Vjp::shape_arg`](crate::graph::Vjp::shape_arg)): they pass the value itself when it is
 // kept anyway (stored for another reader, or held on the edge), otherwise one element
 // broadcast to the shape. On Flex and CubeCL a broadcast is a view (no input-sized
 // allocation); where a kernel or a backend copies it into a contiguous buffer (Flex's 2d
 // pools, CubeCL's pools, NdArray's `float_expand`), it costs what a stand-in buffer cost.
-
-/// One element broadcast to `shape`, with the device and dtype of `like`: an argument whose
-/// values a kernel does not read (NOTE [shape-only-arguments]).
-pub(crate) fn shape_only<B: Backend>(shape: Shape, like: &FloatTensor<B>) -> FloatTensor<B> {
-    let one = Shape::from(vec![1; shape.num_dims()]);
-    let zero = B::float_zeros(one, &like.device(), like.dtype().into());
-    B::float_expand(zero, shape)
-}
 
 /// Sums `grad` over every dim but dim 1, giving shape `[channels]`: the gradient of a
 /// per-channel bias or shift.

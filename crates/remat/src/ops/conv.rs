@@ -13,8 +13,9 @@ use burn_std::Shape;
 use smallvec::smallvec;
 
 use super::common::sum_to_channels;
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
-use crate::checkpoint::policy::{Cost, OpInfo};
+use super::record::record;
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// A convolution with its options. Inputs: `[x, weight, bias?]`.

@@ -36,11 +36,12 @@ use std::sync::{Arc, Mutex};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape};
 
-use crate::checkpoint::policy::{Cost, OpInfo};
 use crate::checkpoint::strategy::CheckpointStrategy;
 use crate::grads::Gradients;
+use crate::graph::{self, Reads, Rule, Values, Vjp};
+use crate::graph::{Cost, OpInfo};
 use crate::graph::{Node as EngineNode, NodeId};
-use crate::ops::rule::{self, CustomInput, Reads, Rule, Values, Vjp};
+use crate::ops::record::{self, CustomInput};
 use crate::tensor::AutodiffTensor;
 
 /// Whether a node's gradient is wanted, as Burn's backward steps see it.
@@ -389,7 +390,7 @@ where
             retro,
             _backend: PhantomData,
         };
-        rule::record_custom(rule, inputs, C::BALANCED, output)
+        record::record_custom(rule, inputs, C::BALANCED, output)
     }
 }
 
@@ -446,7 +447,7 @@ impl<B: Backend, BO: Backward<B, N>, const N: usize> Rule<B> for CustomRule<B, B
         }
         let out = NodeId::new();
         // The user's code runs with the mutex released (NOTE [replay-unlocked] in
-        // `checkpoint/retrieve.rs`): a node is replayed at most once at a time.
+        // `graph/retrieve.rs`): a node is replayed at most once at a time.
         let forward = lock(retro).take().unwrap_or_else(|| {
             panic!("remat internal error: a custom op's retro-forward ran twice at once")
         });
@@ -462,7 +463,7 @@ impl<B: Backend, BO: Backward<B, N>, const N: usize> Rule<B> for CustomRule<B, B
         output
     }
 
-    fn reads(&self, _tracked: rule::Tracked) -> Reads {
+    fn reads(&self, _tracked: graph::Tracked) -> Reads {
         (0..self.checkpoint_ids.len())
             .fold(Reads::NOTHING, |reads, k| reads.with_input_if(N + k, true))
     }

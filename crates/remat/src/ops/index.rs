@@ -19,11 +19,12 @@ use burn_std::{IndexingUpdateOp, Scalar, Shape, Slice};
 use smallvec::smallvec;
 
 use super::common::{bool_dtype, scalar, unbroadcast};
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
+use super::record::record;
 use super::unary::{take1, take2};
 use crate::backend::Autodiff;
-use crate::checkpoint::policy::{Cost, OpInfo};
 use crate::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// How indices address a tensor; each has a read and a matching update.

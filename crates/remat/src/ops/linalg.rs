@@ -10,9 +10,10 @@ use burn_std::Shape;
 use smallvec::smallvec;
 
 use super::common::unbroadcast;
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
+use super::record::record;
 use super::unary::take2;
-use crate::checkpoint::policy::{Cost, OpInfo};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// A product of two tensors.

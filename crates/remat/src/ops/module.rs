@@ -14,9 +14,10 @@ use smallvec::{SmallVec, smallvec};
 
 use super::common::{scalar, sum_to_channels};
 use super::conv::take2_opt;
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record, record_computed};
+use super::record::{record, record_computed};
 use super::unary::{take1, take2};
-use crate::checkpoint::policy::{Cost, OpInfo};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// A module op with its parameters; the inputs are listed on each variant.

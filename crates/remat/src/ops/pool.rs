@@ -12,9 +12,10 @@ use burn_backend::{Backend, TensorMetadata, get_or_init_device_settings};
 use burn_std::{IntDType, Shape};
 use smallvec::smallvec;
 
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record, record_computed};
+use super::record::{record, record_computed};
 use super::unary::{take1, take2};
-use crate::checkpoint::policy::{Cost, OpInfo};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// A pooling window over `N` spatial dims.

@@ -16,9 +16,10 @@ use burn_std::{IndexingUpdateOp, IntDType, Shape, Slice};
 use smallvec::smallvec;
 
 use super::common::{bool_dtype, int_dtype, scalar, zeros_like};
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record, record_computed};
+use super::record::{record, record_computed};
 use super::unary::take1;
-use crate::checkpoint::policy::{Cost, OpInfo};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// A reduction or cumulative op of one tensor (with its dims).

@@ -11,9 +11,10 @@ use burn_std::{IndexingUpdateOp, PadMode, Shape, Slice};
 use smallvec::{SmallVec, smallvec};
 
 use super::common::{along, unbroadcast};
-use super::rule::{Reads, Rule, Tracked, Values, Vjp, record};
+use super::record::record;
 use super::unary::take1;
-use crate::checkpoint::policy::{Cost, OpInfo};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// A layout op, copy or transfer of one tensor, with what its backward needs.

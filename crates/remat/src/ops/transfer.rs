@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
-use smallvec::SmallVec;
 
-use super::rule::{Reads, Rule, Tracked, Values, Vjp};
+use super::record::record_transfer;
 use crate::backend::Autodiff;
-use crate::checkpoint::policy::{self, Cost, OpInfo};
 use crate::checkpoint::strategy::CheckpointStrategy;
-use crate::graph::{GraphNode, Node, OpState, Slot};
+use crate::graph::{Cost, OpInfo};
+use crate::graph::{GraphNode, Node};
+use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
 
 /// Moves a float tensor from inner backend `Src` to `Dst` and its gradient back.
@@ -112,16 +112,6 @@ impl<Src: Backend, C: CheckpointStrategy> Autodiff<Src, C> {
             source_device,
             _adapter: PhantomData,
         };
-        let info = <Transfer<Src, Adapter> as Rule<Dst>>::info(&rule);
-        let placement = policy::place(&info, false, C::BALANCED);
-        let op = OpState {
-            rule: Box::new(rule),
-            inputs: SmallVec::new(),
-            reads: Reads::NOTHING,
-        };
-        AutodiffTensor::tracked(
-            output,
-            Arc::new(Node::op(info, placement, op, Slot::Unneeded)),
-        )
+        record_transfer::<Dst, _>(rule, C::BALANCED, output)
     }
 }

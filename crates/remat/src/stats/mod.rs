@@ -10,55 +10,21 @@
 //! # Invariants
 //! - `live_bytes()` is the sum of the sizes of every value currently kept, by reason.
 //! - `peak_bytes` is the maximum of that sum since the last [`reset_stats`].
+//!
+//! The counting itself (tickets, counters, the sharded registry) is `registry`, a bottom
+//! module the graph uses; this module holds the reports, which also ask the budget
+//! (`checkpoint::budget`) what it dropped and which budget ran last.
+
+pub(crate) mod registry;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
 
-use burn_backend::{BackendTypes, TensorMetadata, tensor::FloatTensor};
 use burn_std::DType;
 
-/// Why a value is kept for backward.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KeepReason {
-    /// A backward step reads it and the policy keeps it.
-    Saved,
-    /// It was rebuilt by replay during backward and waits for its remaining reads.
-    Rebuilt,
-    /// An untracked input a backward step or a replay reads (captured with the op).
-    Constant,
-    /// A leaf (a parameter or input that requires a gradient) read by a backward step, or a
-    /// view of leaves (e.g. a reshaped weight): its memory is the user's.
-    Leaf,
-}
-
-impl KeepReason {
-    const ALL: [KeepReason; 4] = [
-        KeepReason::Saved,
-        KeepReason::Rebuilt,
-        KeepReason::Constant,
-        KeepReason::Leaf,
-    ];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-struct Counters {
-    live: [AtomicU64; 4],
-    count: [AtomicU64; 4],
-    peak: AtomicU64,
-    replays: AtomicU64,
-}
-
-static COUNTERS: Counters = Counters {
-    live: [const { AtomicU64::new(0) }; 4],
-    count: [const { AtomicU64::new(0) }; 4],
-    peak: AtomicU64::new(0),
-    replays: AtomicU64::new(0),
-};
+pub use registry::KeepReason;
+use registry::{COUNTERS, activation_bytes, registry};
 
 /// One value currently kept, as listed by [`saved_values`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,175 +56,6 @@ pub struct DroppedValue {
     pub op: &'static str,
     /// Its size in bytes.
     pub bytes: u64,
-}
-
-static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
-
-// NOTE [registry-shards]: every kept value is listed for `saved_values` in a registry sharded
-// by thread. A value is entered in the shard of the thread that keeps it and removed from that
-// same shard when it is released, on whichever thread. Each shard has its own mutex, taken on
-// the hot path by its own thread (contended only when another thread releases one of its
-// values at the same instant). The process-wide lock (the list of shards) is taken once per
-// thread, when the thread keeps its first value or counts its first replay, and by the
-// reports (`saved_values`, `stats`, `reset_stats`), which walk every shard.
-
-/// One kept value, as its shard lists it. The shape is stored inline (no allocation for up
-/// to five dims).
-struct Entry {
-    op: &'static str,
-    shape: burn_std::Shape,
-    dtype: DType,
-    bytes: u64,
-    reason: KeepReason,
-}
-
-/// One thread's part of the registry.
-struct Shard {
-    /// Kept values by ticket id (ids grow in keep order, process-wide).
-    values: Mutex<BTreeMap<u64, Entry>>,
-    /// Replays counted on this thread since the last [`reset_stats`], by op name.
-    replays: Mutex<BTreeMap<&'static str, u64>>,
-    /// False once the owning thread has ended: the shard is then dropped from the list as
-    /// soon as it holds no value (its replay counts move to [`Registry::retired_replays`]).
-    // INVARIANT: only the shard that serves threads whose thread-local was already destroyed
-    // (see `with_shard`) is never marked ended.
-    thread_alive: AtomicBool,
-}
-
-impl Shard {
-    fn new() -> Self {
-        Self {
-            values: Mutex::new(BTreeMap::new()),
-            replays: Mutex::new(BTreeMap::new()),
-            thread_alive: AtomicBool::new(true),
-        }
-    }
-
-    fn values(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
-        self.values
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn replays(&self) -> MutexGuard<'_, BTreeMap<&'static str, u64>> {
-        self.replays
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// The list of shards (NOTE [registry-shards]).
-struct Registry {
-    shards: Vec<Arc<Shard>>,
-    /// Replay counts of the shards of ended threads, merged when they were dropped.
-    retired_replays: BTreeMap<&'static str, u64>,
-}
-
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    shards: Vec::new(),
-    retired_replays: BTreeMap::new(),
-});
-
-/// Takes the process-wide lock: never on the hot path (NOTE [registry-shards]).
-fn registry() -> MutexGuard<'static, Registry> {
-    #[cfg(test)]
-    tests::count_global_lock();
-    let mut registry = REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    registry.prune();
-    registry
-}
-
-impl Registry {
-    /// Drops the shards of ended threads that hold no value.
-    fn prune(&mut self) {
-        let Registry {
-            shards,
-            retired_replays,
-        } = self;
-        shards.retain(|shard| {
-            if shard.thread_alive.load(Ordering::Acquire) || !shard.values().is_empty() {
-                return true;
-            }
-            for (op, n) in core::mem::take(&mut *shard.replays()) {
-                *retired_replays.entry(op).or_insert(0) += n;
-            }
-            false
-        });
-    }
-}
-
-/// A thread's handle on its shard; marks the shard ended when the thread ends.
-struct LocalShard(Arc<Shard>);
-
-impl Drop for LocalShard {
-    fn drop(&mut self) {
-        self.0.thread_alive.store(false, Ordering::Release);
-    }
-}
-
-thread_local! {
-    static LOCAL: LocalShard = {
-        let shard = Arc::new(Shard::new());
-        registry().shards.push(shard.clone());
-        LocalShard(shard)
-    };
-}
-
-/// Runs `f` on this thread's shard, or, while the thread's locals are being destroyed, on
-/// one shared shard that is never dropped.
-fn with_shard<R>(f: impl Fn(&Arc<Shard>) -> R) -> R {
-    LOCAL.try_with(|local| f(&local.0)).unwrap_or_else(|_| {
-        static ORPHANS: std::sync::OnceLock<Arc<Shard>> = std::sync::OnceLock::new();
-        f(ORPHANS.get_or_init(|| {
-            let shard = Arc::new(Shard::new());
-            registry().shards.push(shard.clone());
-            shard
-        }))
-    })
-}
-
-/// The bookkeeping of one kept value: counted from creation to drop, listed in the shard of
-/// the thread that kept it (NOTE [registry-shards]).
-pub(crate) struct Ticket {
-    id: u64,
-    shard: Arc<Shard>,
-}
-
-impl Ticket {
-    /// Counts `value` as kept for `reason` by op `op`.
-    pub(crate) fn keep<B: BackendTypes>(
-        value: &FloatTensor<B>,
-        reason: KeepReason,
-        op: &'static str,
-    ) -> Self {
-        let shape = value.shape();
-        let dtype = value.dtype();
-        let bytes = (shape.num_elements() * dtype.size()) as u64;
-        let id = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
-        on_keep(reason, bytes);
-        let entry = Entry {
-            op,
-            shape,
-            dtype,
-            bytes,
-            reason,
-        };
-        let shard = with_shard(Arc::clone);
-        shard.values().insert(id, entry);
-        Self { id, shard }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let entry = self.shard.values().remove(&self.id);
-        match entry {
-            Some(entry) => on_release(entry.reason, entry.bytes),
-            None => debug_assert!(false, "remat internal error: a kept value left its shard"),
-        }
-    }
 }
 
 /// Lists every value currently kept for backward (see [`SavedValues`]). Walks every
@@ -369,38 +166,6 @@ impl SavedValues {
             .map(|v| v.bytes)
             .sum()
     }
-}
-
-/// Records that a value of `bytes` is now kept for `reason`.
-pub(crate) fn on_keep(reason: KeepReason, bytes: u64) {
-    let i = reason.index();
-    COUNTERS.live[i].fetch_add(bytes, Ordering::Relaxed);
-    COUNTERS.count[i].fetch_add(1, Ordering::Relaxed);
-    if reason != KeepReason::Leaf {
-        let live = activation_bytes();
-        COUNTERS.peak.fetch_max(live, Ordering::Relaxed);
-    }
-}
-
-/// Records that a value kept for `reason` was released.
-pub(crate) fn on_release(reason: KeepReason, bytes: u64) {
-    let i = reason.index();
-    COUNTERS.live[i].fetch_sub(bytes, Ordering::Relaxed);
-    COUNTERS.count[i].fetch_sub(1, Ordering::Relaxed);
-}
-
-/// Records one replay of op `name` (a rematerialization in backward).
-pub(crate) fn on_replay(name: &'static str) {
-    COUNTERS.replays.fetch_add(1, Ordering::Relaxed);
-    with_shard(|shard| *shard.replays().entry(name).or_insert(0) += 1);
-}
-
-fn activation_bytes() -> u64 {
-    KeepReason::ALL
-        .iter()
-        .filter(|r| **r != KeepReason::Leaf)
-        .map(|r| COUNTERS.live[r.index()].load(Ordering::Relaxed))
-        .sum()
 }
 
 /// A snapshot of the counters.
@@ -529,7 +294,9 @@ pub fn format_bytes(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::registry::{Ticket, on_replay};
     use super::*;
+    use burn_backend::tensor::FloatTensor;
     use std::cell::Cell;
 
     thread_local! {

@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use burn_backend::{Backend, tensor::FloatTensor};
 
-use crate::graph::{IdBuildHasher, Input, Kept, Node, NodeId, Slot};
-use crate::ops::rule::Values;
-use crate::stats::{self, KeepReason};
+use super::op::Values;
+use super::{IdBuildHasher, Input, Kept, Node, NodeId, Slot};
+use crate::stats::registry::{self as stats, KeepReason};
 
 /// Hands out the value of `node` for one planned read.
 ///

@@ -1,0 +1,48 @@
+//! The budget's hooks in a backward pass: the [`ScheduledPass`] that carries out the plan
+//! `budget::plan_pass` makes (NOTE \[budget\] in `checkpoint/budget.rs`).
+//!
+//! The graph's traversal (`graph/backward.rs`) knows nothing of budgets: it asks
+//! [`schedule`] once its nodes are ordered, and runs the answer node by node.
+//!
+//! # Invariants
+//! - A pass is scheduled exactly when one of its nodes was recorded under a budget.
+
+use std::sync::Arc;
+
+use super::budget;
+use crate::graph::grads::Gradients;
+use crate::graph::{GraphNode, ScheduledPass};
+use crate::planner::Action;
+
+/// The schedule of a pass over nodes recorded under a budget, or `None`.
+///
+/// # Panics
+/// When the graph cannot fit the budget, before anything ran.
+pub(crate) fn schedule(order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn ScheduledPass>> {
+    let budget = budget::pass_budget(order)?;
+    let (plan, held) = budget::plan_pass(order, budget);
+    Some(Box::new(BudgetPass { budget, plan, held }))
+}
+
+/// A pass planned under `budget`: the actions to run before each node of the order is
+/// finished, and the bytes the schedule holds.
+struct BudgetPass {
+    budget: u64,
+    plan: Vec<Vec<Action>>,
+    held: u64,
+}
+
+impl ScheduledPass for BudgetPass {
+    fn before_finish(
+        &mut self,
+        i: usize,
+        order: &[Option<Arc<dyn GraphNode>>],
+        grads: &mut Gradients,
+    ) {
+        budget::carry_out(order, &self.plan[i], grads, &mut self.held, self.budget);
+    }
+
+    fn after_pass(&mut self) {
+        budget::after_pass();
+    }
+}

@@ -1,0 +1,431 @@
+//! The one recording site: every op, custom op and transfer is recorded here. It asks the
+//! decision layer (`checkpoint::decide`) what to keep for the op, and applies the answer to
+//! the graph: the edges to its inputs, its node and its output's slot; under a budget, it
+//! hands the op to the budget's session (NOTE \[budget\]).
+//!
+//! # Invariants
+//! - Nothing here decides what is kept: the decision comes whole from `checkpoint::decide`.
+
+use std::sync::Arc;
+
+use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
+use smallvec::SmallVec;
+
+use crate::checkpoint::budget;
+use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
+use crate::graph::{
+    Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
+    Values,
+};
+use crate::planner::Forced;
+use crate::stats::KeepReason;
+use crate::tensor::AutodiffTensor;
+
+/// Records `rule` applied to `inputs` and returns its output.
+///
+/// When no input is tracked nothing is recorded: the op just runs on the inner backend.
+/// `balanced` is true for tensors under Burn's `BalancedCheckpointing`.
+pub(crate) fn record<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: SmallVec<[AutodiffTensor<B>; 2]>,
+    balanced: bool,
+) -> AutodiffTensor<B> {
+    record_impl(rule, inputs, balanced, None)
+}
+
+/// Like [`record`], with the forward output already computed by the caller (for ops whose
+/// inner call also returns something else, such as indices). `rule.forward` must reproduce
+/// `output` bit for bit.
+pub(crate) fn record_computed<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: SmallVec<[AutodiffTensor<B>; 2]>,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    record_impl(rule, inputs, balanced, Some(output))
+}
+
+/// Records `rule` over one tracked input whose value neither its backward nor a replay
+/// reads (the rule reads nothing and is never replayed), with the output the caller
+/// computed. The caller moves the input's value into its inner call (nothing here holds a
+/// clone), so an inner kernel that works in place on a uniquely held tensor still can.
+pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
+    rule: R,
+    parent: Arc<Node<B>>,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    debug_assert!(
+        !rule.replayable() && rule.reads(Tracked::of(&[()], |_| true)) == Reads::NOTHING,
+        "remat internal error: record_unread on a rule that reads its input or is replayed"
+    );
+    let info = rule.info();
+    let decision = decide(
+        &OpFacts {
+            info,
+            replayable: false,
+            balanced,
+            reads: &Reads::NOTHING,
+            replay_reads: &|_| false,
+            inputs: &[InputState::GradientOnly],
+            stored: &|_| false,
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    );
+    let edge = Input {
+        node: Some(parent),
+        held: None,
+    };
+    finish_node(
+        rule,
+        decision.placement,
+        smallvec::smallvec![edge],
+        Reads::NOTHING,
+        decision.output,
+        output,
+        Budgeted::default(),
+    )
+}
+
+/// Records a transfer from another inner backend: a node with no input on this backend (the
+/// rule reaches its parent), never replayed, whose step reads nothing; not planned by a
+/// budget (the value never waits for backward).
+pub(crate) fn record_transfer<B: Backend, R: Rule<B>>(
+    rule: R,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    let info = rule.info();
+    let decision = decide(
+        &OpFacts {
+            info,
+            replayable: false,
+            balanced,
+            reads: &Reads::NOTHING,
+            replay_reads: &|_| false,
+            inputs: &[],
+            stored: &|_| false,
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    );
+    let op = OpState {
+        rule: Box::new(rule),
+        inputs: SmallVec::new(),
+        reads: Reads::NOTHING,
+    };
+    let node = Node::op(info, decision.placement, op, Slot::Unneeded);
+    AutodiffTensor::tracked(output, Arc::new(node))
+}
+
+/// The output size for [`decide`] where it never asks (`weigh_bytes` is false).
+fn never_weighed() -> u64 {
+    panic!("remat internal error: the decision weighed an op recorded with weigh_bytes false")
+}
+
+/// What the decision layer is told about one input (see [`InputState`]).
+fn state_of<B: Backend>(input: &AutodiffTensor<B>) -> InputState {
+    match &input.node {
+        None => InputState::Untracked,
+        Some(node) if node.kind == NodeKind::Leaf => InputState::Leaf,
+        Some(node) => InputState::Op {
+            rebuildable: node.rebuildable(),
+            budgeted: node.placement.budget != 0,
+            bytes: bytes::<B>(&input.primitive) as u64,
+        },
+    }
+}
+
+fn record_impl<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: SmallVec<[AutodiffTensor<B>; 2]>,
+    balanced: bool,
+    output: Option<FloatTensor<B>>,
+) -> AutodiffTensor<B> {
+    let tracked = Tracked::of(&inputs, |input| input.node.is_some());
+    if tracked.is_empty() {
+        let values: Values<B> = inputs.into_iter().map(|t| t.primitive).collect();
+        let output = output.unwrap_or_else(|| rule.forward(values));
+        return AutodiffTensor::new(output);
+    }
+
+    let info = rule.info();
+    let reads = rule.reads(tracked);
+    let states: SmallVec<[InputState; 2]> = inputs.iter().map(state_of).collect();
+    let mut output = output;
+    let Decision {
+        placement,
+        output: output_mark,
+        inputs: marks,
+    } = decide(
+        &OpFacts {
+            info,
+            replayable: rule.replayable(),
+            balanced,
+            reads: &reads,
+            replay_reads: &|i| rule.replay_input(i),
+            inputs: &states,
+            stored: &|i| inputs[i].node.as_ref().is_some_and(|n| n.is_stored()),
+            weigh_bytes: true,
+        },
+        &mut || {
+            // Asked only when Balanced recomputes the op: every input is then retained for
+            // the replay, so computing the output first (on clones) takes no in-place
+            // opportunity away.
+            let out = output.get_or_insert_with(|| {
+                rule.forward(inputs.iter().map(|t| t.primitive.clone()).collect())
+            });
+            bytes::<B>(out) as u64
+        },
+    );
+
+    if placement.budget != 0 {
+        // NOTE [budget]: room for the constants the edges will hold, before they are held.
+        let constants = inputs
+            .iter()
+            .zip(&marks)
+            .filter(|(t, mark)| t.node.is_none() && mark.is_some())
+            .map(|(t, _)| bytes::<B>(&t.primitive) as u64)
+            .sum();
+        budget::reserve(placement.budget, constants);
+    }
+    let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
+    let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
+    let mut budgeted = Budgeted::default();
+    for (input, mark) in inputs.into_iter().zip(&marks) {
+        let (edge, primitive) = edge(input, *mark, info.name);
+        if placement.budget != 0 && mark.is_some() {
+            budgeted.in_hand(&edge, &primitive);
+        }
+        edges.push(edge);
+        values.push(primitive);
+    }
+
+    let output = match output {
+        Some(output) => {
+            drop(values);
+            output
+        }
+        None if placement.budget != 0 => {
+            // Measured for the budget's planner (NOTE [budget]): a replay costs as much.
+            let start = std::time::Instant::now();
+            let output = rule.forward(values);
+            budgeted.cost_ns = Some(start.elapsed().as_nanos() as f64);
+            output
+        }
+        None => rule.forward(values),
+    };
+    finish_node(rule, placement, edges, reads, output_mark, output, budgeted)
+}
+
+/// What the budget's session needs from the recording of one op (NOTE \[budget\] in
+/// `checkpoint/budget.rs`): the inputs' values in hand, and the measured forward time.
+struct Budgeted<B: Backend> {
+    in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+    cost_ns: Option<f64>,
+}
+
+impl<B: Backend> Default for Budgeted<B> {
+    fn default() -> Self {
+        Self {
+            in_hand: Vec::new(),
+            cost_ns: None,
+        }
+    }
+}
+
+impl<B: Backend> Budgeted<B> {
+    /// Notes the value of a needed input whose producer the budget plans.
+    fn in_hand(&mut self, edge: &Input<B>, value: &FloatTensor<B>) {
+        if let Some(producer) = edge.producer()
+            && producer.placement.budget != 0
+        {
+            self.in_hand.push((producer.clone(), value.clone()));
+        }
+    }
+}
+
+/// Bytes of a tensor's elements.
+fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
+    tensor.shape().num_elements() * tensor.dtype().size()
+}
+
+/// The edge from an op to one of its inputs, with the input's mark from [`decide`]: a
+/// retained value is kept by the producing node (`Keep`: stored now; `Recompute`: marked
+/// needed, left to a replay or, under a budget, to the planner's `Keep`), or held by the edge
+/// for leaves and untracked values.
+fn edge<B: Backend>(
+    input: AutodiffTensor<B>,
+    mark: Option<Forced>,
+    op: &'static str,
+) -> (Input<B>, FloatTensor<B>) {
+    let AutodiffTensor {
+        primitive, node, ..
+    } = input;
+    let mut held = None;
+    if let Some(mark) = mark {
+        match &node {
+            Some(parent) if parent.kind == NodeKind::Op => {
+                parent.require_value(&primitive, mark == Forced::Recompute);
+            }
+            Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
+            None => held = Some(Kept::new(primitive.clone(), KeepReason::Constant, op)),
+        }
+    }
+    (Input { node, held }, primitive)
+}
+
+/// Creates the node of a recorded op from its edges and output; under a budget, hands it to
+/// the thread's session (NOTE \[budget\]).
+fn finish_node<B: Backend, R: Rule<B>>(
+    rule: R,
+    placement: Placement,
+    edges: SmallVec<[Input<B>; 2]>,
+    reads: Reads,
+    output_mark: Option<Forced>,
+    output: FloatTensor<B>,
+    budgeted: Budgeted<B>,
+) -> AutodiffTensor<B> {
+    let info = rule.info();
+    let recorded = (placement.budget != 0).then(|| {
+        let ids = |read: &dyn Fn(usize) -> bool| -> Vec<NodeId> {
+            edges
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| read(*i))
+                .filter_map(|(_, e)| e.producer().map(|p| p.id))
+                .collect()
+        };
+        let bytes = if placement.leaf_view {
+            0
+        } else {
+            bytes::<B>(&output) as u64
+        };
+        budget::Recorded {
+            name: info.name,
+            bytes,
+            cost_ns: budgeted
+                .cost_ns
+                .unwrap_or_else(|| budget::estimate(info.cost, bytes)),
+            replayable: placement.recompute,
+            in_region: placement.region.is_some(),
+            reads_output: reads.output,
+            fixed_bytes: edges
+                .iter()
+                .filter(|e| e.node.is_none())
+                .filter_map(|e| e.held.as_ref().map(Kept::bytes))
+                .sum(),
+            inputs: if placement.recompute {
+                ids(&|i| rule.replay_input(i))
+            } else {
+                Vec::new()
+            },
+            step_reads: ids(&|i| reads.has_input(i)),
+            in_hand: budgeted.in_hand,
+        }
+    });
+    let slot = match output_mark {
+        None => Slot::Unneeded,
+        Some(Forced::Recompute) => Slot::Evicted(Signature::of::<B>(&output)),
+        Some(Forced::Keep) => Slot::Stored(Kept::new(output.clone(), KeepReason::Saved, info.name)),
+    };
+    let op = OpState {
+        rule: Box::new(rule),
+        inputs: edges,
+        reads,
+    };
+    let node = Arc::new(Node::op(info, placement, op, slot));
+    if let Some(recorded) = recorded {
+        budget::on_record(&node, recorded, &output);
+    }
+    AutodiffTensor::tracked(output, node)
+}
+
+/// One input of a custom op (Burn's `Backward` API, [`crate::ops::custom`]).
+pub(crate) enum CustomInput<B: BackendTypes> {
+    /// A parent: its gradient comes from the op's backward, its value is not read.
+    Parent(Option<Arc<Node<B>>>),
+    /// A checkpointed tensor: its value is read by the op's backward.
+    Read(AutodiffTensor<B>),
+    /// A tensor the op's retro-forward reads: its value is read by a replay.
+    Replay(AutodiffTensor<B>),
+}
+
+/// Records a custom op whose output the caller computed. A rule that is not replayable (no
+/// retro-forward) keeps its output when a later op reads it; one with a retro-forward is
+/// placed by the policy like any op, its `Replay` inputs kept for the replay.
+/// Untracked when no parent is tracked.
+pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
+    rule: R,
+    inputs: Vec<CustomInput<B>>,
+    balanced: bool,
+    output: FloatTensor<B>,
+) -> AutodiffTensor<B> {
+    let tracked = Tracked::of(&inputs, |input| {
+        matches!(input, CustomInput::Parent(Some(_)))
+    });
+    if tracked.is_empty() {
+        return AutodiffTensor::new(output);
+    }
+    let info = rule.info();
+    let reads = rule.reads(tracked);
+    let states: Vec<InputState> = inputs
+        .iter()
+        .map(|input| match input {
+            CustomInput::Parent(_) => InputState::GradientOnly,
+            CustomInput::Read(t) | CustomInput::Replay(t) => state_of(t),
+        })
+        .collect();
+    let Decision {
+        placement,
+        output: output_mark,
+        inputs: marks,
+    } = decide(
+        &OpFacts {
+            info,
+            replayable: rule.replayable(),
+            balanced,
+            reads: &reads,
+            replay_reads: &|i| rule.replay_input(i),
+            inputs: &states,
+            stored: &|_| false,
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    );
+    if placement.budget != 0 {
+        // NOTE [budget]: room for the constants the edges will hold, before they are held.
+        let constants = inputs
+            .iter()
+            .zip(&marks)
+            .filter_map(|(input, mark)| match input {
+                CustomInput::Read(t) | CustomInput::Replay(t)
+                    if t.node.is_none() && mark.is_some() =>
+                {
+                    Some(t)
+                }
+                _ => None,
+            })
+            .map(|t| bytes::<B>(&t.primitive) as u64)
+            .sum();
+        budget::reserve(placement.budget, constants);
+    }
+    let mut budgeted = Budgeted::default();
+    let edges = inputs
+        .into_iter()
+        .zip(&marks)
+        .map(|(input, mark)| {
+            let tensor = match input {
+                CustomInput::Parent(node) => return Input { node, held: None },
+                CustomInput::Read(tensor) | CustomInput::Replay(tensor) => tensor,
+            };
+            let (edge, value) = edge(tensor, *mark, info.name);
+            if placement.budget != 0 && mark.is_some() {
+                budgeted.in_hand(&edge, &value);
+            }
+            edge
+        })
+        .collect();
+    finish_node(rule, placement, edges, reads, output_mark, output, budgeted)
+}
