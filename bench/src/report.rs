@@ -1050,9 +1050,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                 )),
                 exact(point.planned_ns),
                 exact(point.bound_ns),
-                point
-                    .plan_ms
-                    .map_or("-".into(), |ms| format!("{ms:.1}")),
+                point.plan_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
             );
         }
         for e in run.engines.iter().filter(|e| e.budget_bytes.is_none()) {
