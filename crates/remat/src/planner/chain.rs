@@ -2,8 +2,8 @@
 //! by dynamic programming (NOTE [chain-dp]).
 //!
 //! NOTE [chain-dp]: a general chain is a view where node `i` replays from node `i - 1` only
-//! (node 0 from leaves and constants), its step reads `i - 1` or nothing, and backward steps
-//! run in reverse index order; values may differ in cost, not much in size (each takes one
+//! (node 0 from leaves and constants), its step reads `i - 1`, `i`, both or nothing, and
+//! backward steps run in reverse index order; values may differ in cost, not much in size (each takes one
 //! slot of the largest size). An MLP's linear -> add bias -> activation layers and its loss
 //! make one. With `s` slots (the values held besides the one a sub-task starts from; the
 //! constants are set aside first):
@@ -19,8 +19,9 @@
 //! top(a, b, s) = the same, the first sweep being the forward pass (free).
 //! ```
 //!
-//! On every random general chain of up to 12 ops the tests try, at every budget, this is
-//! the exact optimum.
+//! On every random general chain of up to 12 ops whose steps read no output of their own
+//! the tests try, at every budget, this is the exact optimum; with such reads (a checkpoint
+//! its own step also reads is freed and rebuilt), it is within the bounds the tests state.
 //!
 //! Revolve's closed form is the case of equal costs and every step reading its input.
 //!
@@ -45,41 +46,12 @@ struct Chain {
     cost: Vec<f64>,
     /// Whether step `i` reads value `i - 1`.
     reads_prev: Vec<bool>,
-    /// `read_count[i]`: values among `0..i` a step reads.
+    /// Whether step `i` reads value `i` (its own output).
+    reads_self: Vec<bool>,
+    /// `read_count[i]`: values among `0..i` read by their own step or the next one.
     read_count: Vec<usize>,
-    /// `last_read[i]`: the last value below `i` a step reads (`usize::MAX`: none).
+    /// `last_read[i]`: the last such value below `i` (`usize::MAX`: none).
     last_read: Vec<usize>,
-}
-
-impl Chain {
-    fn new(cost: Vec<f64>, reads_prev: Vec<bool>) -> Self {
-        let n = cost.len();
-        let mut read_count = vec![0; n + 1];
-        let mut last_read = vec![usize::MAX; n + 1];
-        for i in 0..n {
-            let read = reads_prev.get(i + 1).copied().unwrap_or(false);
-            read_count[i + 1] = read_count[i] + usize::from(read);
-            last_read[i + 1] = if read { i } else { last_read[i] };
-        }
-        Self {
-            cost,
-            reads_prev,
-            read_count,
-            last_read,
-        }
-    }
-
-    /// Whether value `i` is read by a step (step `i + 1`).
-    fn read(&self, i: usize) -> bool {
-        self.reads_prev.get(i + 1).copied().unwrap_or(false)
-    }
-
-    /// The last value in `a..b` a step of `a..=b` reads, and how many are read.
-    fn reads_in(&self, a: usize, b: usize) -> (Option<usize>, usize) {
-        let last = self.last_read[b];
-        let last = (last != usize::MAX && last >= a).then_some(last);
-        (last, self.read_count[b] - self.read_count[a])
-    }
 }
 
 impl Chain {
@@ -95,11 +67,15 @@ impl Chain {
         }
         let mut cost = Vec::with_capacity(n);
         let mut reads_prev = Vec::with_capacity(n);
+        let mut reads_self = Vec::with_capacity(n);
         let mut slot = 0;
         for (i, node) in view.nodes().iter().enumerate() {
             let i = i as u32;
             let prev_only = |vs: &[u32]| vs.iter().all(|&v| i > 0 && v == i - 1);
-            let steps_ok = node.step_reads.iter().all(|&v| i > 0 && v == i - 1);
+            let steps_ok = node
+                .step_reads
+                .iter()
+                .all(|&v| v == i || (i > 0 && v == i - 1));
             if !prev_only(&node.inputs)
                 || !steps_ok
                 || !node.replayable
@@ -110,9 +86,41 @@ impl Chain {
             }
             cost.push(node.cost);
             reads_prev.push(i > 0 && node.step_reads.contains(&(i - 1)));
+            reads_self.push(node.step_reads.contains(&i));
             slot = slot.max(node.bytes);
         }
-        (slot > 0).then_some((Self::new(cost, reads_prev), slot))
+        let mut read_count = vec![0; n + 1];
+        let mut last_read = vec![usize::MAX; n + 1];
+        for i in 0..n {
+            let read = reads_self[i] || reads_prev.get(i + 1).copied().unwrap_or(false);
+            read_count[i + 1] = read_count[i] + usize::from(read);
+            last_read[i + 1] = if read { i } else { last_read[i] };
+        }
+        let chain = Self {
+            cost,
+            reads_prev,
+            reads_self,
+            read_count,
+            last_read,
+        };
+        (slot > 0).then_some((chain, slot))
+    }
+
+    /// Whether a step of a sub-task ending at `b` reads value `i` (`i <= b`).
+    fn read(&self, i: usize, b: usize) -> bool {
+        self.reads_self[i] || (i < b && self.reads_prev[i + 1])
+    }
+
+    /// The last value of `a..=b` a step of `a..=b` reads, and how many are read.
+    fn reads_in(&self, a: usize, b: usize) -> (Option<usize>, usize) {
+        let own = usize::from(self.reads_self[b]);
+        let last = if self.reads_self[b] {
+            Some(b)
+        } else {
+            let last = self.last_read[b];
+            (last != usize::MAX && last >= a).then_some(last)
+        };
+        (last, self.read_count[b] - self.read_count[a] + own)
     }
 }
 
@@ -229,21 +237,26 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
             if top {
                 for i in a..=b {
                     out.push(Action::Compute(i as u32));
-                    if i < b && chain.read(i) {
+                    if chain.read(i, b) {
                         out.push(Action::Keep(i as u32));
                     }
                 }
             } else if let Some(hi) = last {
                 for i in a..=hi {
                     out.push(Action::Replay(i as u32));
-                    if i > a && !chain.read(i - 1) {
+                    if i > a && !chain.read(i - 1, b) {
                         out.push(Action::Free(i as u32 - 1));
                     }
                 }
             }
             for j in (a..=b).rev() {
                 out.push(Action::Step(j as u32));
-                if j > a && chain.reads_prev[j] {
+                // Value j's last reader is its own step; value j - 1's is step j unless
+                // its own step reads it too.
+                if chain.reads_self[j] {
+                    out.push(Action::Free(j as u32));
+                }
+                if j > a && chain.reads_prev[j] && !chain.reads_self[j - 1] {
                     out.push(Action::Free(j as u32 - 1));
                 }
             }
