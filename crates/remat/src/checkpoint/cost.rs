@@ -10,14 +10,20 @@
 //! training loop therefore syncs only in its first step(s), and a recurring op costs the
 //! same in every view (equal ops must look equal for Revolve's path).
 //!
+//! A thread remembers at most [`MAX_KINDS`] kinds (a model whose shapes vary step to step
+//! makes new kinds): past that, the table starts over.
+//!
 //! # Invariants
-//! - At most `2 * SAMPLES` syncs per kind of op per thread, ever.
+//! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Timed runs per kind of op before its median is used.
 pub(crate) const SAMPLES: usize = 5;
+
+/// Kinds a thread remembers (a few hundred bytes each).
+pub(crate) const MAX_KINDS: usize = 4096;
 
 /// What identifies a kind of op before it runs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,7 +65,13 @@ pub(crate) fn timed<T>(kind: Kind, sync: impl Fn(), forward: impl FnOnce() -> T)
     let out = forward();
     sync();
     let ns = start.elapsed().as_nanos() as f64;
-    TIMES.with(|t| t.borrow_mut().entry(kind).or_default().push(ns));
+    TIMES.with(|t| {
+        let mut times = t.borrow_mut();
+        if times.len() >= MAX_KINDS && !times.contains_key(&kind) {
+            times.clear();
+        }
+        times.entry(kind).or_default().push(ns);
+    });
     (out, ns)
 }
 
