@@ -66,6 +66,7 @@ mod chain;
 mod decisions;
 mod dtr;
 mod error;
+pub(crate) mod exact;
 mod exec;
 mod feasible;
 mod plan;

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use super::analysis::Analysis;
 use super::exec::{self, Hints, Strategy, Work};
-use super::{Action, Error, GraphView, Schedule, chain, min_feasible_budget, revolve, simulate};
+use super::{
+    Action, Error, GraphView, Schedule, chain, exact, min_feasible_budget, revolve, simulate,
+};
 
 /// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
 /// larger values favour evicting what is read last.
@@ -119,12 +121,31 @@ fn chain_then_sinks(view: &GraphView, budget: u64) -> Option<Schedule> {
 }
 
 pub(crate) fn plan_counted(view: &GraphView, budget: u64) -> Result<(Schedule, PlanWork), Error> {
+    plan_with(view, budget, true)
+}
+
+/// [`plan_counted`], with or without the exact solver for small views (the tests measure
+/// the heuristic generators against it).
+pub(crate) fn plan_with(
+    view: &GraphView,
+    budget: u64,
+    exact_small: bool,
+) -> Result<(Schedule, PlanWork), Error> {
     let mut best = Best {
         view,
         budget,
         best: None,
         work: PlanWork::default(),
     };
+    // A small view is solved exactly (`exact.rs`): nothing beats its schedule.
+    if exact_small && view.len() <= exact::PLAN_MAX_NODES {
+        best.work.runs += 1;
+        if let Some(schedule) = exact::schedule(view, budget)
+            && best.consider(schedule)
+        {
+            return Ok((best.best.expect("just considered").2, best.work));
+        }
+    }
     let mut uniform_costs = false;
     if let Some(bytes) = revolve::uniform_chain(view) {
         let first = view.nodes()[0].cost;

@@ -1,7 +1,6 @@
 //! Planner tests: hand-made graphs with exact expected numbers, property tests over random
 //! DAGs, Revolve's closed form and an exact solver. No tensors.
 
-mod exact;
 mod generators;
 mod optimality;
 mod simulator;

@@ -1,8 +1,8 @@
 //! How close the planner gets: Revolve's closed form on uniform chains, an exact solver on
 //! small random DAGs.
 
-use super::exact;
 use super::{Flavor, Rng, chain, random_view};
+use crate::planner::exact;
 use crate::planner::{
     GraphView, Node, min_feasible_budget, plan, recompute_lower_bound, revolve, simulate,
 };
@@ -69,6 +69,7 @@ fn planned_recompute_is_within_10_percent_of_the_exact_optimum_on_small_dags() {
     // keep-all: 1600 cases.
     let mut rng = Rng::new(7);
     let mut ratios: Vec<f64> = Vec::new();
+    let mut heuristic_ratios: Vec<f64> = Vec::new();
     for case in 0..400 {
         let n = if case % 8 == 7 {
             14
@@ -89,21 +90,31 @@ fn planned_recompute_is_within_10_percent_of_the_exact_optimum_on_small_dags() {
         for k in 0..4 {
             let budget = min + (high.max(min) - min) * k / 4;
             let optimum = exact::optimum(&view, budget).expect("the planner met this budget");
+            let ratio = |planned: f64| {
+                if optimum == 0.0 {
+                    if planned == 0.0 { 1.0 } else { f64::INFINITY }
+                } else {
+                    planned / optimum
+                }
+            };
             let schedule = plan(&view, budget).unwrap();
             let planned = simulate(&view, &schedule, budget).unwrap().recompute_cost;
             assert!(planned >= optimum - 1e-9, "{view}");
-            ratios.push(if optimum == 0.0 {
-                if planned == 0.0 { 1.0 } else { f64::INFINITY }
-            } else {
-                planned / optimum
-            });
+            ratios.push(ratio(planned));
+            // The heuristic generators alone (larger views have nothing else).
+            let (schedule, _) = crate::planner::plan::plan_with(&view, budget, false).unwrap();
+            let heuristic = simulate(&view, &schedule, budget).unwrap().recompute_cost;
+            heuristic_ratios.push(ratio(heuristic));
         }
     }
-    let within = ratios.iter().filter(|&&r| r <= 1.1).count();
-    let worst = ratios.iter().copied().fold(1.0, f64::max);
-    // FIXME(planner-optimality): the target is every case within 10%; 7 of the 1600 are not
-    // (tight budgets on graphs with pinned values; the worst is 1.39x).
+    // Views of at most 14 ops are solved exactly (`exact.rs`): every case is at the optimum.
     assert_eq!(ratios.len(), 1600);
+    let exact = ratios.iter().filter(|&&r| r <= 1.0 + 1e-9).count();
+    assert_eq!(exact, 1600);
+    // The heuristic generators, which plan every larger view: 1593 of the 1600 within 10%
+    // (tight budgets on graphs with pinned values; the worst is 1.39x).
+    let within = heuristic_ratios.iter().filter(|&&r| r <= 1.1).count();
+    let worst = heuristic_ratios.iter().copied().fold(1.0, f64::max);
     assert!(
         within >= 1593 && worst < 1.4,
         "{within} within 10%, worst {worst}"
@@ -126,9 +137,10 @@ fn the_recompute_bound_never_passes_the_exact_optimum() {
         };
         let view = random_view(&mut rng, n, flavor);
         let exact_min = exact::min_budget(&view);
-        let high = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-            .unwrap()
-            .peak_bytes;
+        // The keep-all peak of the heuristic plan (the exact solver's, equal in cost, may
+        // hold its values in another order).
+        let (keep_all, _) = crate::planner::plan::plan_with(&view, u64::MAX, false).unwrap();
+        let high = simulate(&view, &keep_all, u64::MAX).unwrap().peak_bytes;
         for k in 0..5u64 {
             let budget = if k == 0 {
                 exact_min.saturating_sub(1)

@@ -1,5 +1,7 @@
-//! An exact solver for small views (at most 16 nodes), for tests only: Dijkstra over states
-//! (backward position, set of held values) under the same cost model as `simulate`.
+//! An exact solver for small views (at most 16 nodes): Dijkstra over states (backward
+//! position, set of held values) under the same cost model as `simulate`. The planner uses
+//! it for views of at most [`PLAN_MAX_NODES`] nodes (their optimum, in about a millisecond);
+//! the tests measure the other generators against it.
 //!
 //! - The forward pass keeps a set `K` (each value at the latest moment it is in hand, which
 //!   dominates keeping it earlier): its held bytes at the end are `bytes(K)` plus every
@@ -14,7 +16,21 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::planner::{Forced, GraphView};
+use super::{Action, Forced, GraphView, Schedule};
+
+/// The largest view the planner solves exactly (states: `(n + 1) 2^n`).
+pub(crate) const PLAN_MAX_NODES: usize = 14;
+
+/// One transition of the search.
+#[derive(Clone, Copy)]
+enum Move {
+    /// Drop a held value.
+    Free(u32),
+    /// Replay `x`, dropping the inputs in the mask (read last by it).
+    Replay(u32, u32),
+    /// Run the step at the position; drop what no later step can need.
+    Step,
+}
 
 struct Problem {
     n: usize,
@@ -127,8 +143,15 @@ impl Problem {
         (p << self.n) | set as usize
     }
 
-    /// Calls `f(next_p, next_set, cost)` for every transition out of `(p, set)` that fits.
-    fn transitions(&self, p: usize, set: u32, budget: u64, mut f: impl FnMut(usize, u32, f64)) {
+    /// Calls `f(next_p, next_set, cost, move)` for every transition out of `(p, set)` that
+    /// fits.
+    fn transitions(
+        &self,
+        p: usize,
+        set: u32,
+        budget: u64,
+        mut f: impl FnMut(usize, u32, f64, Move),
+    ) {
         let n = self.n;
         if p == n {
             return;
@@ -137,7 +160,7 @@ impl Problem {
         let mut rest = set & !self.pinned_reads[p];
         while rest != 0 {
             let v = rest.trailing_zeros();
-            f(p, set & !(1 << v), 0.0);
+            f(p, set & !(1 << v), 0.0, Move::Free(v));
             rest &= rest - 1;
         }
         // Replay.
@@ -157,7 +180,7 @@ impl Problem {
             loop {
                 let next = (set | (1 << x)) & !sub;
                 if self.held(p, next) <= budget {
-                    f(p, next, self.cost[x]);
+                    f(p, next, self.cost[x], Move::Replay(x as u32, sub));
                 }
                 if sub == 0 {
                     break;
@@ -167,7 +190,7 @@ impl Problem {
         }
         // Step.
         if self.reads[p] & !set == 0 {
-            f(p + 1, set & self.useful[p + 1], 0.0);
+            f(p + 1, set & self.useful[p + 1], 0.0, Move::Step);
         }
     }
 
@@ -212,6 +235,7 @@ impl Ord for Entry {
 }
 
 /// The least recompute cost of any schedule of `view` under `budget`, if one exists.
+#[cfg(test)]
 pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
     let problem = Problem::new(view);
     let n = problem.n;
@@ -228,7 +252,7 @@ pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
         if p == n {
             return Some(d);
         }
-        problem.transitions(p, set, budget, |q, next, c| {
+        problem.transitions(p, set, budget, |q, next, c, _| {
             let k = problem.index(q, next);
             if d + c < dist[k] {
                 dist[k] = d + c;
@@ -240,6 +264,7 @@ pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
 }
 
 /// The smallest budget any schedule of `view` meets.
+#[cfg(test)]
 pub(crate) fn min_budget(view: &GraphView) -> u64 {
     let problem = Problem::new(view);
     let n = problem.n;
@@ -258,7 +283,7 @@ pub(crate) fn min_budget(view: &GraphView) -> u64 {
         if p == n {
             return peak;
         }
-        problem.transitions(p, set, u64::MAX, |q, next, _| {
+        problem.transitions(p, set, u64::MAX, |q, next, _, _| {
             let next_peak = peak.max(problem.held(q, next));
             let k = problem.index(q, next);
             if next_peak < best[k] {
@@ -268,4 +293,94 @@ pub(crate) fn min_budget(view: &GraphView) -> u64 {
         });
     }
     u64::MAX
+}
+
+/// An optimal schedule of `view` under `budget` (the least recompute; see the module docs),
+/// or `None` when the view has more than [`PLAN_MAX_NODES`] nodes or nothing fits.
+pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
+    if view.len() > PLAN_MAX_NODES || view.is_empty() {
+        return None;
+    }
+    let problem = Problem::new(view);
+    let n = problem.n;
+    let states = (n + 1) << n;
+    let mut dist = vec![f64::INFINITY; states];
+    // The state each one was reached from, and how (`None`: a start).
+    let mut from: Vec<Option<(u32, Move)>> = vec![None; states];
+    let mut heap = BinaryHeap::new();
+    problem.starts(budget, |set| {
+        dist[problem.index(0, set)] = 0.0;
+        heap.push(Entry(0.0, 0, set));
+    });
+    let mut end = None;
+    while let Some(Entry(d, p, set)) = heap.pop() {
+        let here = problem.index(p, set);
+        if d > dist[here] {
+            continue;
+        }
+        if p == n {
+            end = Some(here);
+            break;
+        }
+        problem.transitions(p, set, budget, |q, next, c, how| {
+            let k = problem.index(q, next);
+            if d + c < dist[k] {
+                dist[k] = d + c;
+                from[k] = Some((here as u32, how));
+                heap.push(Entry(d + c, q, next));
+            }
+        });
+    }
+    // Walk back to the start: the moves, last first.
+    let mut k = end?;
+    let mut moves = Vec::new();
+    while let Some((prev, how)) = from[k] {
+        moves.push((prev as usize, how));
+        k = prev as usize;
+    }
+    let kept = (k & ((1 << n) - 1)) as u32;
+    let mut out = forward(view, kept);
+    for &(prev, how) in moves.iter().rev() {
+        let (p, set) = (prev >> n, (prev & ((1 << n) - 1)) as u32);
+        match how {
+            Move::Free(v) => out.push(Action::Free(v)),
+            Move::Replay(x, taken) => {
+                out.push(Action::Replay(x));
+                out.extend(bits(taken & !(1 << x)).map(Action::Free));
+            }
+            Move::Step => {
+                out.push(Action::Step(problem.steps[p] as u32));
+                out.extend(bits(set & !problem.useful[p + 1]).map(Action::Free));
+            }
+        }
+    }
+    Some(Schedule::new(out))
+}
+
+/// The forward pass keeping `kept`: each value right after the last op that has it in hand
+/// (its own, or the last forward op reading it).
+fn forward(view: &GraphView, kept: u32) -> Vec<Action> {
+    let n = view.len();
+    let mut at: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for v in bits(kept) {
+        let last = view
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.inputs.contains(&v))
+            .map(|(w, _)| w)
+            .fold(v as usize, usize::max);
+        at[last].push(v);
+    }
+    let mut out = Vec::new();
+    for (i, keeps) in at.into_iter().enumerate() {
+        out.push(Action::Compute(i as u32));
+        out.extend(keeps.into_iter().map(Action::Keep));
+    }
+    out
+}
+
+/// The set bits of `mask`, lowest first.
+fn bits(mask: u32) -> impl Iterator<Item = u32> {
+    (0..32).filter(move |b| mask & (1 << b) != 0)
 }
