@@ -39,8 +39,10 @@
 //! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);
 //!   [`Dtr`] (online eviction, event by event or over a whole view, and
 //!   [`Dtr::resume`] to take over a step a cached plan started); [`plan`] (planned mode for a
-//!   known, recurring graph: a portfolio of lookahead executor runs, Revolve for uniform
-//!   chains, and a bounded search over the executor's decisions); [`revolve::replays`]
+//!   known, recurring graph: the exact optimum for views of at most 14 ops (`exact.rs`);
+//!   otherwise a portfolio of lookahead executor runs, Revolve for uniform chains, a dynamic
+//!   program for general chains (`chain.rs`), and a bounded search over the executor's
+//!   decisions); [`revolve::replays`]
 //!   (Revolve's optimum, closed form).
 //! - [`recompute_lower_bound`]: the least recompute any schedule needs under a budget (a
 //!   Lagrangian relaxation solved by min cuts, NOTE \[recompute-bound\] in `bound.rs`): how
