@@ -357,6 +357,9 @@ impl Ratio {
             return "NO (infeasible)".into();
         }
         match (self.target, self.floor) {
+            (Some(t), Some(floor)) if self.value <= t && floor > t => {
+                format!("yes, but below the floor of {floor:.3}: timing noise")
+            }
             (Some(t), _) if self.value <= t => "yes".into(),
             (Some(t), Some(floor)) if floor > t => {
                 format!("NO (no schedule can: at least {floor:.3})")

@@ -191,3 +191,41 @@ fn a_step_without_gradient_replays_nothing() {
         "sin or cos was replayed for a step without gradient"
     );
 }
+
+/// NOTE [op-times]: under a budget an op is timed between two syncs (on an asynchronous
+/// backend the wall time is only its launch) for its first 5 runs per kind on the thread,
+/// never after. A 6-op step of one kind (`sin` on the same shape) syncs 2 x 5 times in the
+/// first step, none in the next; other policies never sync.
+#[test]
+fn a_budget_syncs_to_time_an_op_only_for_its_first_runs() {
+    use support::counting::syncs;
+    let step = || {
+        let x = leaf(&[0.1, 0.2, 0.3, 0.4]);
+        let y = (0..6).fold(x.clone(), |y, _| C::float_sin(y));
+        let grads = C::backward(C::float_sum(y));
+        assert!(C::grad(&x, &grads).is_some());
+    };
+    std::thread::spawn(move || {
+        reset_calls();
+        remat::with_policy(Policy::SaveAll, step);
+        assert_eq!(syncs(), 0, "SaveAll");
+        // `float_sum` is recorded too (a kind of its own, one run a step).
+        remat::with_policy(Policy::Budget(u64::MAX), step);
+        assert_eq!(syncs(), 2 * (5 + 1), "first budget step");
+        reset_calls();
+        remat::with_policy(Policy::Budget(u64::MAX), step);
+        assert_eq!(
+            syncs(),
+            2,
+            "second step: only the sum still has samples to take"
+        );
+        for _ in 0..3 {
+            remat::with_policy(Policy::Budget(u64::MAX), step);
+        }
+        reset_calls();
+        remat::with_policy(Policy::Budget(u64::MAX), step);
+        assert_eq!(syncs(), 0, "every kind timed 5 times");
+    })
+    .join()
+    .unwrap();
+}

@@ -12,6 +12,7 @@
 //! - Policies never see a tensor; retrieval never decides what to keep.
 
 pub(crate) mod budget;
+pub(crate) mod cost;
 pub(crate) mod decide;
 pub(crate) mod pass;
 pub mod policy;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 use smallvec::SmallVec;
 
-use crate::checkpoint::budget;
 use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
+use crate::checkpoint::{budget, cost};
 use crate::graph::{
     Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
     Values,
@@ -209,9 +209,21 @@ fn record_impl<B: Backend, R: Rule<B>>(
         }
         None if placement.budget != 0 => {
             // Measured for the budget's planner (NOTE [budget]): a replay costs as much.
-            let start = std::time::Instant::now();
-            let output = rule.forward(values);
-            budgeted.cost_ns = Some(start.elapsed().as_nanos() as f64);
+            // Timed between syncs for its first runs (NOTE [op-times] in checkpoint/cost.rs).
+            let kind = cost::Kind::new(
+                info.name,
+                values.iter().map(|v| bytes::<B>(v) as u64).sum(),
+                values.len(),
+            );
+            let device = values.first().map(|v| v.device());
+            let sync = || {
+                if let Some(device) = &device {
+                    // Advisory: a failed computation surfaces at the next read.
+                    let _ = B::sync(device);
+                }
+            };
+            let (output, ns) = cost::timed(kind, sync, || rule.forward(values));
+            budgeted.cost_ns = Some(ns);
             output
         }
         None => rule.forward(values),

@@ -62,6 +62,7 @@
 mod analysis;
 mod bound;
 mod cache;
+mod chain;
 mod decisions;
 mod dtr;
 mod error;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::analysis::Analysis;
 use super::exec::{self, Hints, Strategy, Work};
-use super::{Action, Error, GraphView, Schedule, min_feasible_budget, revolve, simulate};
+use super::{Action, Error, GraphView, Schedule, chain, min_feasible_budget, revolve, simulate};
 
 /// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
 /// larger values favour evicting what is read last.
@@ -133,6 +133,11 @@ pub(crate) fn plan_counted(view: &GraphView, budget: u64) -> Result<(Schedule, P
             best.consider(schedule);
         }
     } else if let Some(schedule) = chain_then_sinks(view, budget) {
+        best.consider(schedule);
+    }
+    // A general chain (NOTE [chain-dp] in `chain.rs`): Revolve's recursion with each op's cost.
+    if let Some(schedule) = chain::schedule(view, budget) {
+        best.work.runs += 1;
         best.consider(schedule);
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.

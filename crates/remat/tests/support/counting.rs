@@ -39,6 +39,13 @@ thread_local! {
     static TOTAL: RefCell<u64> = const { RefCell::new(0) };
     static EVENTS: RefCell<Vec<(Event, u64)>> = const { RefCell::new(Vec::new()) };
     static OBSERVER: Cell<Option<fn(&'static str)>> = const { Cell::new(None) };
+    static SYNCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// `Backend::sync` calls on this thread since the last [`reset_calls`] (not counted as inner
+/// ops).
+pub fn syncs() -> u64 {
+    SYNCS.with(Cell::get)
 }
 
 fn count(op: &'static str) {
@@ -101,6 +108,7 @@ pub fn reset_calls() {
     CALLS.with(|c| c.borrow_mut().clear());
     TOTAL.with(|t| *t.borrow_mut() = 0);
     EVENTS.with(|e| e.borrow_mut().clear());
+    SYNCS.with(|s| s.set(0));
 }
 
 /// The counting wrapper (see the module docs).
@@ -127,6 +135,11 @@ impl<B: Backend> Backend for Counting<B> {
 
     fn flush(device: &Self::Device) -> Result<(), ExecutionError> {
         B::flush(device)
+    }
+
+    fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
+        SYNCS.with(|s| s.set(s.get() + 1));
+        B::sync(device)
     }
 
     fn dtype_usage(device: &Self::Device, dtype: DType) -> DTypeUsageSet {
