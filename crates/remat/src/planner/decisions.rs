@@ -1,6 +1,7 @@
 //! The schedule of today's engine for per-node decisions: what `SaveAll`, `Balanced`,
 //! `Selective`, `RecomputeAll` and regions do once their decisions are written into a view
-//! as [`Forced`] marks. The engine's own planning passes, replayed on the view.
+//! as [`Forced`] marks. The engine's own planning passes, replayed on the view, at the
+//! planner's granularity (one action per op).
 //!
 //! - Forward: when op `j` is recorded, each value it needs (its step reads it, or `j` is
 //!   rebuilt and its replay reads it) is kept then, unless it is rebuilt itself. A value
@@ -13,6 +14,21 @@
 //!   read (by a step or by a replay).
 //!
 //! Cost model: O(n + e); every value to rebuild is replayed exactly once.
+//!
+//! It agrees with the engine on what is kept after forward, which values are rebuilt and
+//! how often (when every step receives a gradient and makes every read it declared), and
+//! which backups are dropped when backward starts. The engine (like Burn's checkpointer)
+//! works at a finer grain inside a step, which a [`Schedule`] cannot express (a `Step`
+//! needs all its reads held when it starts; a `Free` follows the op):
+//! - a step rebuilds a value when its backward reads it, not before the step starts (the
+//!   step's inner calls before that read run with less held);
+//! - a read that is a value's last takes it: the value leaves before the step's
+//!   computation, not after the step;
+//! - a step that receives no gradient, or does not make a read it declared, rebuilds
+//!   nothing for it (NOTE [release-without-rebuild] in `graph/retrieve.rs`).
+//!
+//! So the held bytes `simulate` reports for this schedule are an upper bound on the
+//! engine's inside a step, and its replays an upper bound on the engine's.
 //!
 //! # Invariants
 //! - The schedule needs no budget: it is what the engine does today, and `simulate` with
