@@ -366,3 +366,41 @@ fn chain_save_all_frees_each_value_at_its_last_read() {
     );
     assert_eq!(remat::stats().live_bytes, base);
 }
+
+/// NOTE [hand-over]: under a budget the schedule frees a value right after the step that
+/// reads it last, and that read takes it: the step owns the value (an inner kernel may work
+/// in place) and the held bytes at each step's cos are SaveAll's, exactly.
+#[test]
+fn chain_under_a_budget_hands_each_value_over_at_its_last_read() {
+    let _s = serial();
+    const DEPTH: usize = 8;
+    const BYTES: u64 = 1024 * 4;
+    let want: Vec<u64> = (1..=DEPTH as u64)
+        .rev()
+        .map(|k| k.saturating_sub(2) * BYTES)
+        .collect();
+    // The unbounded budget keeps what SaveAll keeps; 4 values make the schedule rebuild.
+    for budget in [u64::MAX, 4 * BYTES] {
+        let x = leaf([1, 1024], 1);
+        let base = remat::stats().live_bytes;
+        let y = remat::with_policy(Policy::Budget(budget), || {
+            (0..DEPTH).fold(x.clone(), |y, _| C::float_sin(y))
+        });
+        let (grads, at_cos) = trace("float_cos", base, || C::backward(y));
+        assert!(C::grad(&x, &grads).is_some());
+        if budget == u64::MAX {
+            assert_eq!(
+                at_cos, want,
+                "bytes held at each step's cos under Budget(u64::MAX): a value is held past \
+                 its last read"
+            );
+        } else {
+            // Never more than the budget minus the value being read (it left at its read).
+            assert!(
+                at_cos.iter().all(|&b| b < budget),
+                "{at_cos:?} under a budget of {budget}"
+            );
+        }
+        assert_eq!(remat::stats().live_bytes, base);
+    }
+}

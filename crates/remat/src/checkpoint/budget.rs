@@ -832,7 +832,28 @@ pub(crate) fn carry_out(
                 k += frees.len();
             }
             Action::Free(v) => *held = held.saturating_sub(node(v).scheduled_free()),
-            Action::Step(v) => *held = held.saturating_sub(node(v).scheduled_step(grads)),
+            Action::Step(v) => {
+                // NOTE [hand-over] in `graph/node.rs`: the values the step reads last leave
+                // at their last read (the step owns them); the `Free`s that follow count
+                // them out.
+                let stepping = node(v);
+                let handed: Vec<u64> = frees
+                    .iter()
+                    .map(|a| {
+                        let u = node(a.node());
+                        match stepping.step_reads_of(u.id()) {
+                            0 => 0,
+                            reads => u.scheduled_hand_over(reads),
+                        }
+                    })
+                    .collect();
+                *held = held.saturating_sub(stepping.scheduled_step(grads));
+                for (a, handed) in frees.iter().zip(handed) {
+                    let freed = node(a.node()).scheduled_free();
+                    *held = held.saturating_sub(freed.max(handed));
+                }
+                k += frees.len();
+            }
             Action::Keep(_) | Action::Compute(_) => {}
         }
     }

@@ -72,7 +72,8 @@ pub(crate) struct State<B: BackendTypes> {
     pub(crate) distributed: Option<Box<DistributedParams>>,
     /// Set for the nodes of a backward pass that carries out a budget's schedule (NOTE
     /// [budget] in `checkpoint/budget.rs`): reads hand out clones and never free, and
-    /// `n_required` is unused; the schedule frees.
+    /// `n_required` counts only the reads before a hand-over (NOTE [hand-over]); the
+    /// schedule frees.
     pub(crate) scheduled: bool,
 }
 
@@ -409,6 +410,15 @@ pub(crate) trait GraphNode: Send + Sync {
     /// the bytes of constants its edges released.
     fn scheduled_step(&self, grads: &mut Gradients) -> u64;
 
+    /// How many reads this node's step makes of `producer`'s value (its own id: the output).
+    fn step_reads_of(&self, producer: NodeId) -> u32;
+
+    /// NOTE [hand-over]: the schedule frees this held value right after a step that reads it
+    /// `reads` times: the last of those reads takes the value instead of a clone, so the
+    /// step owns it (an inner kernel may then work in place) and it leaves at its last use.
+    /// Returns the bytes the value counts for; the `Free` that follows finds it gone.
+    fn scheduled_hand_over(&self, reads: u32) -> u64;
+
     /// Whether a backward pass consumed the node (or it is a leaf).
     fn is_consumed(&self) -> bool;
 
@@ -641,9 +651,41 @@ impl<B: Backend> GraphNode for Node<B> {
         }
     }
 
+    fn step_reads_of(&self, producer: NodeId) -> u32 {
+        let state = self.lock();
+        let Some(op) = &state.op else {
+            return 0;
+        };
+        let inputs = op
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, input)| {
+                op.reads.has_input(*i) && input.producer().is_some_and(|p| p.id == producer)
+            })
+            .count() as u32;
+        inputs + u32::from(op.reads.output && producer == self.id)
+    }
+
+    fn scheduled_hand_over(&self, reads: u32) -> u64 {
+        let mut state = self.lock();
+        let Slot::Stored(kept) = &state.slot else {
+            return 0;
+        };
+        let bytes = if self.placement.leaf_view {
+            0
+        } else {
+            kept.bytes()
+        };
+        // In a scheduled pass `n_required` counts nothing else (NOTE [hand-over]).
+        state.n_required = reads;
+        bytes
+    }
+
     fn scheduled_free(&self) -> u64 {
         let freed = {
             let mut state = self.lock();
+            state.n_required = 0;
             // Whether the schedule may replay it is the planner's call (the view says which
             // values are replayable); the op is what a replay needs.
             let rebuildable = state.op.is_some();

@@ -34,12 +34,29 @@ pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
         let mut state = node.lock();
         if state.scheduled {
             // NOTE [budget]: a schedule holds every value a step or a replay reads, and
-            // frees it itself.
-            let Slot::Stored(kept) = &state.slot else {
+            // frees it itself; the last read before a `Free` takes it (NOTE [hand-over]).
+            if !matches!(state.slot, Slot::Stored(_)) {
                 drop(state);
                 panic!(
-                    "remat internal error: the budget's schedule reads {node:?}, which it does                      not hold"
+                    "remat internal error: the budget's schedule reads {node:?}, which it does \
+                     not hold"
                 );
+            }
+            if state.n_required == 1 {
+                state.n_required = 0;
+                let rebuildable = state.op.is_some();
+                let Slot::Stored(kept) = core::mem::replace(&mut state.slot, Slot::Unneeded) else {
+                    unreachable!()
+                };
+                if rebuildable {
+                    state.slot = Slot::Evicted(super::Signature::of::<B>(kept.get()));
+                }
+                drop(state);
+                return kept.into_value();
+            }
+            state.n_required = state.n_required.saturating_sub(1);
+            let Slot::Stored(kept) = &state.slot else {
+                unreachable!()
             };
             return kept.get().clone();
         }
