@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
+use smallvec::SmallVec;
 
 use crate::checkpoint::policy::Cost;
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, ScheduleEntry, Slot};
@@ -837,7 +838,7 @@ pub(crate) fn carry_out(
                 // at their last read (the step owns them); the `Free`s that follow count
                 // them out.
                 let stepping = node(v);
-                let handed: Vec<u64> = frees
+                let handed: SmallVec<[u64; 4]> = frees
                     .iter()
                     .map(|a| {
                         let u = node(a.node());

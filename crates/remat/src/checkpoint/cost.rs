@@ -43,23 +43,34 @@ impl Kind {
     }
 }
 
-thread_local! {
-    static TIMES: RefCell<HashMap<Kind, Vec<f64>>> = RefCell::new(HashMap::new());
+/// The samples of one kind, and their median once there are [`SAMPLES`].
+#[derive(Default)]
+struct Times {
+    samples: Vec<f64>,
+    median: Option<f64>,
 }
 
-/// The op's time: runs `forward`, timed between `sync`s while the kind has fewer than
-/// [`SAMPLES`] samples, else untimed with the samples' median.
-pub(crate) fn timed<T>(kind: Kind, sync: impl Fn(), forward: impl FnOnce() -> T) -> (T, f64) {
-    let known = TIMES.with(|t| {
-        let times = t.borrow();
-        times
-            .get(&kind)
-            .filter(|samples| samples.len() >= SAMPLES)
-            .map(|samples| median(samples))
-    });
+thread_local! {
+    static TIMES: RefCell<HashMap<Kind, Times>> = RefCell::new(HashMap::new());
+}
+
+/// The op's time: runs `forward`, timed between two `sync`s of `device` while the kind has
+/// fewer than [`SAMPLES`] samples, else untimed with the samples' median (computed once).
+pub(crate) fn timed<D, T>(
+    kind: Kind,
+    device: Option<D>,
+    sync: impl Fn(&D),
+    forward: impl FnOnce() -> T,
+) -> (T, f64) {
+    let known = TIMES.with(|t| t.borrow().get(&kind).and_then(|times| times.median));
     if let Some(ns) = known {
         return (forward(), ns);
     }
+    let sync = || {
+        if let Some(device) = &device {
+            sync(device);
+        }
+    };
     sync();
     let start = std::time::Instant::now();
     let out = forward();
@@ -70,13 +81,12 @@ pub(crate) fn timed<T>(kind: Kind, sync: impl Fn(), forward: impl FnOnce() -> T)
         if times.len() >= MAX_KINDS && !times.contains_key(&kind) {
             times.clear();
         }
-        times.entry(kind).or_default().push(ns);
+        let entry = times.entry(kind).or_default();
+        entry.samples.push(ns);
+        if entry.samples.len() >= SAMPLES {
+            entry.samples.sort_by(f64::total_cmp);
+            entry.median = Some(entry.samples[entry.samples.len() / 2]);
+        }
     });
     (out, ns)
-}
-
-fn median(samples: &[f64]) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
 }

@@ -215,14 +215,15 @@ fn record_impl<B: Backend, R: Rule<B>>(
                 values.iter().map(|v| bytes::<B>(v) as u64).sum(),
                 values.len(),
             );
-            let device = values.first().map(|v| v.device());
-            let sync = || {
-                if let Some(device) = &device {
-                    // Advisory: a failed computation surfaces at the next read.
+            let (output, ns) = cost::timed(
+                kind,
+                values.first().map(|v| v.device()),
+                // Advisory: a failed computation surfaces at the next read.
+                |device| {
                     let _ = B::sync(device);
-                }
-            };
-            let (output, ns) = cost::timed(kind, sync, || rule.forward(values));
+                },
+                || rule.forward(values),
+            );
             budgeted.cost_ns = Some(ns);
             output
         }
