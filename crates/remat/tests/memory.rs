@@ -2,67 +2,18 @@
 //! everything, and after dropping a graph without backward, the heap returns to its
 //! baseline; `remat::stats()` agrees with the allocator about what a forward pass keeps.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{AutodiffBackend, TensorData};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
+use support::heap::{self, live};
 
-/// Counts the allocations of the measured thread only (see [`measure`]): the test harness
-/// allocates on its own threads while a test runs (output capture, the results of finished
-/// tests), and a test thread's thread-locals are freed after the test returns.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-thread_local! {
-    static MEASURED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn measured() -> bool {
-    MEASURED.try_with(Cell::get).unwrap_or(false)
-}
-
-fn grow(bytes: isize) {
-    if measured() {
-        let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        PEAK.fetch_max(live, Ordering::Relaxed);
-    }
-}
-
-fn shrink(bytes: isize) {
-    if measured() {
-        LIVE.fetch_sub(bytes, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call forwards to `System` unchanged; the counters never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size() as isize);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        shrink(layout.size() as isize);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        grow(new_size as isize - layout.size() as isize);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+mod support;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap::Heap = heap::Heap;
 
 type A = Autodiff<Flex>;
 
@@ -75,19 +26,15 @@ struct Measuring(#[allow(dead_code)] MutexGuard<'static, ()>);
 
 fn measure() -> Measuring {
     let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    MEASURED.with(|m| m.set(true));
+    heap::set_measured(true);
     Measuring(serial)
 }
 
 impl Drop for Measuring {
     fn drop(&mut self) {
         // Before the lock is released (fields drop after this).
-        MEASURED.with(|m| m.set(false));
+        heap::set_measured(false);
     }
-}
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
 }
 
 /// Lazily initialised state of the measured thread may still appear: compare with a
@@ -190,9 +137,9 @@ fn stats_agree_with_the_allocator() {
 /// The peak of live bytes while `f` runs, above the live bytes when it starts.
 fn peak_above_start<R>(f: impl FnOnce() -> R) -> (R, isize) {
     let start = live();
-    PEAK.store(start, Ordering::Relaxed);
+    heap::reset_peak(start);
     let out = f();
-    (out, PEAK.load(Ordering::Relaxed) - start)
+    (out, heap::peak() - start)
 }
 
 fn leaf4(shape: [usize; 4], tracked: bool) -> T {
@@ -327,7 +274,7 @@ fn a_budget_bounds_what_the_allocator_sees() {
             let x = leaf();
             remat::reset_stats();
             let heap_before = live();
-            PEAK.store(heap_before, Ordering::Relaxed);
+            heap::reset_peak(heap_before);
             let kept_before = remat::stats().live_bytes;
             let y = remat::with_policy(Policy::Budget(budget), || forward(x.clone(), 20));
             let heap = live() - heap_before - (N * 4) as isize;
@@ -338,10 +285,10 @@ fn a_budget_bounds_what_the_allocator_sees() {
             );
             assert!(kept as u64 <= budget, "{what}: {kept} kept");
             let at_backward = live();
-            let peak_before_backward = PEAK.load(Ordering::Relaxed);
-            PEAK.store(at_backward, Ordering::Relaxed);
+            let peak_before_backward = heap::peak();
+            heap::reset_peak(at_backward);
             let grads = A::backward(y);
-            let rise = PEAK.load(Ordering::Relaxed) - at_backward;
+            let rise = heap::peak() - at_backward;
             let stats = remat::stats();
             assert!(stats.peak_bytes <= budget, "{what}: {stats:?}");
             let rebuilt = stats.peak_bytes as isize - kept;
@@ -350,7 +297,7 @@ fn a_budget_bounds_what_the_allocator_sees() {
                 "{what}: the heap rose {rise} bytes in backward; held peak {} over {kept} kept",
                 stats.peak_bytes
             );
-            let step_peak = PEAK.load(Ordering::Relaxed).max(peak_before_backward) - heap_before;
+            let step_peak = heap::peak().max(peak_before_backward) - heap_before;
             assert!(A::grad(&x, &grads).is_some());
             drop(grads);
             if percent == 100 {

@@ -15,9 +15,7 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::RefCell;
 use std::sync::{Mutex, MutexGuard};
 
 use burn_backend::ops::{ActivationOps, FloatTensorOps};
@@ -30,50 +28,13 @@ use support::counting::{Counting, observe};
 type C = Autodiff<Counting<Flex>>;
 type T = FloatTensor<C>;
 
-// ---- A counting allocator for the measured thread (as tests/memory.rs counts) ----
-
-struct Heap;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-thread_local! {
-    static MEASURED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn account(bytes: isize) {
-    if MEASURED.try_with(Cell::get).unwrap_or(false) {
-        LIVE.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call forwards to `System` unchanged; the counter never allocates.
-unsafe impl GlobalAlloc for Heap {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        account(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        account(layout.size() as isize);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        account(-(layout.size() as isize));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        account(new_size as isize - layout.size() as isize);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
+/// Heap bytes allocated by the measured thread (`support::heap`).
+fn heap() -> isize {
+    support::heap::live()
 }
 
 #[global_allocator]
-static GLOBAL: Heap = Heap;
-
-/// Heap bytes allocated by the measured thread (Flex, as remat's tests build it, runs every
-/// kernel on the calling thread).
-fn heap() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+static GLOBAL: support::heap::Heap = support::heap::Heap;
 
 /// Far below one tensor of these tests (4 KiB and more): lazily initialised state and the
 /// graph's own bookkeeping (nodes, edges) stay under it.
@@ -86,13 +47,13 @@ struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
 
 fn serial() -> Serial {
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    MEASURED.with(|m| m.set(true));
+    support::heap::set_measured(true);
     Serial(guard)
 }
 
 impl Drop for Serial {
     fn drop(&mut self) {
-        MEASURED.with(|m| m.set(false));
+        support::heap::set_measured(false);
         observe(None);
     }
 }
@@ -106,12 +67,10 @@ thread_local! {
 /// Records the bytes remat keeps at every inner call (before the call runs).
 fn sample(op: &'static str) {
     // Not counted on the heap: the sample's own allocations are the test's, not remat's.
-    MEASURED.with(|m| {
-        let was = m.replace(false);
-        let live = remat::stats().live_bytes;
-        TRACE.with(|t| t.borrow_mut().push((op, live)));
-        m.set(was);
-    });
+    let was = support::heap::set_measured(false);
+    let live = remat::stats().live_bytes;
+    TRACE.with(|t| t.borrow_mut().push((op, live)));
+    support::heap::set_measured(was);
 }
 
 /// Runs `f` with [`sample`] observing the inner calls; returns `f`'s result and the kept

@@ -21,11 +21,8 @@
 //! that the time per op at 1M is within 1.5x of the time per op at 100k, and within 2x of the
 //! time per op at 10k (see the test for why). The figures are in `docs/SCALE.md`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use burn_backend::ops::FloatTensorOps;
@@ -35,53 +32,15 @@ use burn_flex::Flex;
 use burn_std::Scalar;
 use remat::{Autodiff, Policy};
 
+mod support;
+
 type A = Autodiff<Flex>;
 type T = FloatTensor<A>;
 
-// ---------------------------------------------------------------------------------------------
-// A counting allocator: the measured thread's allocations only (the test harness allocates on
-// its own threads while a test runs).
-
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-thread_local! {
-    static MEASURED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count(bytes: isize) {
-    if MEASURED.try_with(Cell::get).unwrap_or(false) {
-        LIVE.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call forwards to `System` unchanged; the counter never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(new_size as isize - layout.size() as isize);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: support::heap::Heap = support::heap::Heap;
 
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+use support::heap::live;
 
 /// One test at a time: the timings must not share the 2 cores with another test, and the
 /// allocator's counter is shared.
@@ -284,7 +243,7 @@ fn a_100k_op_wide_dag_runs_on_a_2_mib_stack() {
 fn bytes_per_op(policy: &Policy, op: Op) -> f64 {
     let policy = policy.clone();
     on_small_stack("the bytes-per-op measurement", move || {
-        MEASURED.with(|m| m.set(true));
+        support::heap::set_measured(true);
         let w = leaf(0.7);
         let record = |n: usize| {
             let x = leaf(0.3);
@@ -305,7 +264,7 @@ fn bytes_per_op(policy: &Policy, op: Op) -> f64 {
         record(1_000);
         let (small, large) = (10_000, 20_000);
         let per_op = (record(large) - record(small)) as f64 / (large - small) as f64;
-        MEASURED.with(|m| m.set(false));
+        support::heap::set_measured(false);
         per_op
     })
 }

@@ -33,6 +33,7 @@
 #![allow(dead_code)]
 
 pub mod counting;
+pub mod heap;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, TensorData, ops::FloatTensorOps};
