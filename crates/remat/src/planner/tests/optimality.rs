@@ -285,9 +285,9 @@ fn the_chain_dp_is_revolve_on_uniform_chains_and_exact_on_small_general_ones() {
     // Small general chains with their own costs: the DP's schedule is valid and costs what
     // the exact solver finds, at every budget from the smallest that fits to keep-all.
     let mut rng = Rng::new(5);
-    let (mut cases, mut exact_hits) = (0, 0);
-    let mut ratios: Vec<f64> = Vec::new();
-    let mut own_ratios: Vec<f64> = Vec::new();
+    // Per kind of chain (without, then with steps that read their own output): cases,
+    // cases at the optimum, and the ratios to it.
+    let mut kinds = [(0, 0, Vec::new()), (0, 0, Vec::new())];
     for case in 0..300 {
         let own_reads = case % 2 == 1;
         let n = 3 + rng.below(10) as u32;
@@ -302,47 +302,30 @@ fn the_chain_dp_is_revolve_on_uniform_chains_and_exact_on_small_general_ones() {
                 .recompute_cost;
             let optimum = exact::optimum(&view, budget).expect("the DP fit it");
             assert!(cost >= optimum - 1e-9, "{view}");
-            let ratio = if optimum > 0.0 {
-                cost / optimum
-            } else if cost > 0.0 {
-                f64::INFINITY
-            } else {
-                1.0
-            };
-            if own_reads {
-                own_ratios.push(ratio);
-                continue;
-            }
-            cases += 1;
+            let (cases, hits, ratios) = &mut kinds[usize::from(own_reads)];
+            *cases += 1;
             if cost <= optimum + 1e-9 {
-                exact_hits += 1;
+                *hits += 1;
             }
-            ratios.push(ratio);
+            ratios.push(if optimum > 0.0 {
+                cost / optimum
+            } else {
+                f64::INFINITY
+            });
         }
     }
-    own_ratios.sort_by(f64::total_cmp);
-    let q = |f: f64| own_ratios[((own_ratios.len() - 1) as f64 * f) as usize];
-    // With steps that read their own output, a checkpoint its own step reads is freed and
-    // rebuilt: measured quartiles 1 / 1 / 1.45 of the optimum, 90% at 2.57 (the planner's
-    // other generators cover those; the portfolio keeps the cheapest).
-    assert!(
-        own_ratios.len() > 500 && q(0.5) <= 1.0 + 1e-9,
-        "{} cases, quartiles {} {} {}",
-        own_ratios.len(),
-        q(0.25),
-        q(0.5),
-        q(0.75)
-    );
-    ratios.sort_by(f64::total_cmp);
-    let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f) as usize];
-    assert!(cases > 500, "{cases}");
-    assert_eq!(
-        exact_hits,
-        cases,
-        "{exact_hits} of {cases} at the optimum; quartiles {} {} {} 90% {}",
-        q(0.25),
-        q(0.5),
-        q(0.75),
-        q(0.9)
-    );
+    for (what, (cases, hits, mut ratios)) in ["no own reads", "own reads"].into_iter().zip(kinds) {
+        ratios.sort_by(f64::total_cmp);
+        let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f) as usize];
+        assert!(cases > 500, "{what}: {cases}");
+        assert_eq!(
+            hits,
+            cases,
+            "{what}: {hits} of {cases} at the optimum; quartiles {} {} {} 90% {}",
+            q(0.25),
+            q(0.5),
+            q(0.75),
+            q(0.9)
+        );
+    }
 }
