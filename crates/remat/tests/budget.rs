@@ -305,3 +305,63 @@ fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
     remat::with_policy(Policy::Budget(min), || constants_chain(10));
     assert!(remat::stats().peak_bytes <= min);
 }
+
+/// Two graphs alive at once, each with its own backward (two losses, the second recorded
+/// before the first's backward): a pass plans within what the other graph holds, and when
+/// that leaves too little, the other graph's values that can be rebuilt are dropped first
+/// (its own pass rebuilds them). The held bytes stay within the budget through both passes,
+/// in either order, with SaveAll's gradients, and nothing is left held.
+#[test]
+fn two_live_graphs_share_the_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let device = Default::default();
+    let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
+    let x = A::float_set_require_grad(x, true);
+    let forward = |n: usize| {
+        let mut y: T = x.clone();
+        for i in 0..n {
+            y = if i % 2 == 0 {
+                A::float_sin(y)
+            } else {
+                A::float_exp(A::float_mul_scalar(y, 0.5f32.into()))
+            };
+        }
+        y
+    };
+    let grad = |y: T| -> Vec<f32> {
+        let grads = A::float_sum(y).backward();
+        let g = <A as AutodiffBackend>::grad(&x, &grads).expect("x has a gradient");
+        burn_backend::read_sync(I::float_into_data(g))
+            .unwrap()
+            .try_into_vec::<f32>()
+            .unwrap()
+    };
+    let (want_a, want_b) =
+        remat::with_policy(Policy::SaveAll, || (grad(forward(30)), grad(forward(20))));
+    // One graph alone needs one value at the least; both together 25 (15 + 10) to keep all.
+    for values in [1, 2, 3, 6, 10, 40] {
+        let budget = values * VALUE;
+        for b_first in [false, true] {
+            remat::reset_stats();
+            let (a, b) = remat::with_policy(Policy::Budget(budget), || {
+                let (ya, yb) = (forward(30), forward(20));
+                if b_first {
+                    let b = grad(yb);
+                    (grad(ya), b)
+                } else {
+                    let a = grad(ya);
+                    (a, grad(yb))
+                }
+            });
+            let s = remat::stats();
+            let what = format!("{values} values, second loss first: {b_first}");
+            assert_eq!((a, b), (want_a.clone(), want_b.clone()), "{what}");
+            assert!(
+                s.peak_bytes <= budget,
+                "{what}: held {} over the budget {budget}",
+                s.peak_bytes
+            );
+            assert_eq!(s.live_bytes, 0, "{what}: left held");
+        }
+    }
+}

@@ -942,3 +942,25 @@ fn an_untracked_tensor_has_one_stable_id() {
     let grads = A::backward(A::float_sum(y));
     assert_eq!(values(A::grad(&w, &grads).unwrap()), vec![1.0, 2.0]);
 }
+
+/// A graph recorded under one budget lives on while an op is recorded under a much smaller
+/// one: the live values no longer fit, and those that can be rebuilt are dropped, but never
+/// a value that cannot be (here the output of `cube`, which has no retro-forward and which
+/// `mul`'s backward reads).
+#[test]
+fn a_smaller_budget_never_drops_a_value_that_cannot_be_rebuilt() {
+    let _s = serial();
+    let reference = remat::with_policy(Policy::SaveAll, || {
+        grads_of(program::<BalancedCheckpointing>)
+    });
+    let got = grads_of(|x, w| {
+        let loss = remat::with_policy(Policy::Budget(u64::MAX), || {
+            program::<BalancedCheckpointing>(x, w)
+        });
+        // Room for the custom op's output (3 f64) and the new op's, nothing else.
+        let other = remat::with_policy(Policy::Budget(48), || A::float_sin(x.clone()));
+        drop(other);
+        loss
+    });
+    assert_eq!(got, reference);
+}

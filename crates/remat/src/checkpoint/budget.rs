@@ -21,6 +21,11 @@
 //!   free, so a value lives exactly as long as the schedule says. In debug builds (and with
 //!   `export_tests`) the held bytes, counted from the values themselves, are checked
 //!   against the budget before every op.
+//! - **Other live graphs** of the thread recorded under a budget (a second loss whose
+//!   backward runs later) hold their values and constants through the pass: it plans within
+//!   what they leave of the budget, and when that is too little, their values that can be
+//!   rebuilt are dropped first (their own pass rebuilds them). A value that cannot be
+//!   rebuilt is never dropped, here or when a smaller budget takes over the session.
 //! - After a pass, the view (with measured op times) is kept for [`tradeoff`], and the
 //!   thread's session forgets consumed nodes.
 //!
@@ -205,7 +210,9 @@ impl Session {
                 let mut pinned = Vec::new();
                 for &v in &held {
                     let node = &live[v as usize].1;
-                    node.scheduled_free();
+                    if prefix[v as usize].replayable {
+                        node.scheduled_free();
+                    }
                     if node.is_held() {
                         pinned.push(v);
                     }
@@ -564,7 +571,8 @@ static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
 ///
 /// # Panics
 /// When the graph cannot fit the budget, before anything ran.
-pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<Action>>, u64) {
+pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<Action>>, u64, u64) {
+    let full_budget = budget;
     let entries: Vec<(usize, ScheduleEntry)> = order
         .iter()
         .enumerate()
@@ -663,22 +671,29 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         held_bytes -= order[entries[by_id[v as usize]].0].scheduled_free();
         false
     });
+    // Other graphs of this thread recorded under a budget and still alive (a second loss
+    // whose backward runs later, say) hold bytes the whole time: the pass plans within what
+    // they leave. When that is too little, the values of theirs that can be rebuilt go
+    // first (their own passes rebuild them).
+    let mut outside = outside_bytes(&index, false);
+    let mut room = budget.saturating_sub(outside);
+    if outside > 0 && attempt_plan(&nodes, &step_order, &entries, order.len(), room, &held).is_err()
+    {
+        outside = outside_bytes(&index, true);
+        room = budget.saturating_sub(outside);
+    }
+    let budget = room;
     let attempt_under = |budget: u64, held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
-        let mut dtr = Dtr::resume(budget, nodes.clone(), held)?;
-        let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
-        let mut pending = dtr.begin_backward(step_order.clone())?.to_vec();
-        for (pos, _) in &entries {
-            pending.extend_from_slice(dtr.on_step()?);
-            per_node[*pos] = core::mem::take(&mut pending);
-        }
-        Ok(per_node)
+        attempt_plan(&nodes, &step_order, &entries, order.len(), budget, held)
     };
     let attempt = |held: &[u32]| attempt_under(budget, held);
     let signature = planner::signature(&view);
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.
     let followed = follow
-        .filter(|f| f.plan.signature == signature && f.plan.budget_bytes == budget)
+        .filter(|f| {
+            f.plan.signature == signature && f.plan.budget_bytes == full_budget && outside == 0
+        })
         .and_then(|f| {
             let start = f.index.backward(0)?.start;
             let mut expected: Vec<u32> = Vec::new();
@@ -743,10 +758,10 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
                     }
                 }
                 too_small(
-                    budget,
+                    full_budget,
                     &planner::Error::Infeasible {
-                        budget_bytes: budget,
-                        min_budget_bytes: high,
+                        budget_bytes: full_budget,
+                        min_budget_bytes: high + outside,
                         lower_bound: false,
                     },
                     None,
@@ -767,17 +782,79 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
             };
         }
     }
-    LAST_BUDGET.store(budget, Ordering::Relaxed);
+    LAST_BUDGET.store(full_budget, Ordering::Relaxed);
     // Plan the next steps of this graph once (planned mode); they follow the plan from
     // their first op.
-    let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, budget).is_some());
-    if !cached && let Ok(schedule) = planner::plan(&view, budget) {
-        PLANS.with(|plans| plans.borrow_mut().insert(view.clone(), budget, schedule));
+    let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
+    if !cached && let Ok(schedule) = planner::plan(&view, full_budget) {
+        PLANS.with(|plans| {
+            plans
+                .borrow_mut()
+                .insert(view.clone(), full_budget, schedule)
+        });
     }
     let view = Arc::new(view);
     THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
-    (per_node, held_bytes)
+    (per_node, held_bytes, budget)
+}
+
+/// The planner's actions for a pass (see [`plan_pass`]): for each position of the order
+/// (`len` of them), what to carry out before finishing that node.
+fn attempt_plan(
+    nodes: &[planner::Node],
+    step_order: &[u32],
+    entries: &[(usize, ScheduleEntry)],
+    len: usize,
+    budget: u64,
+    held: &[u32],
+) -> Result<Vec<Vec<Action>>, planner::Error> {
+    let mut dtr = Dtr::resume(budget, nodes.to_vec(), held)?;
+    let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); len];
+    let mut pending = dtr.begin_backward(step_order.to_vec())?.to_vec();
+    for (pos, _) in entries {
+        pending.extend_from_slice(dtr.on_step()?);
+        per_node[*pos] = core::mem::take(&mut pending);
+    }
+    Ok(per_node)
+}
+
+/// The bytes held by this thread's live graphs recorded under a budget, outside the pass
+/// whose nodes `in_pass` indexes: values held and the constants of nodes not yet stepped.
+/// With `evict`, the values among them that can be rebuilt are dropped first.
+fn outside_bytes(in_pass: &HashMap<NodeId, u32, IdBuildHasher>, evict: bool) -> u64 {
+    let outside: Vec<(Arc<dyn GraphNode>, u64, u64, bool)> = SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let Some(session) = cell.as_ref() else {
+            return Vec::new();
+        };
+        session
+            .handles
+            .iter()
+            .zip(&session.ids)
+            .zip(&session.nodes)
+            .filter(|((_, id), _)| !in_pass.contains_key(*id))
+            .filter_map(|((handle, _), entry)| {
+                let node = handle.upgrade()?;
+                (!node.is_consumed()).then_some((
+                    node,
+                    entry.bytes,
+                    entry.fixed_bytes,
+                    entry.replayable,
+                ))
+            })
+            .collect()
+    });
+    // Dropping values runs no user code, but not under the session's borrow either.
+    outside
+        .iter()
+        .map(|(node, bytes, fixed, replayable)| {
+            if evict && *replayable {
+                node.scheduled_free();
+            }
+            fixed + if node.is_held() { *bytes } else { 0 }
+        })
+        .sum()
 }
 
 /// Carries out one node's actions (positions in `order`; see [`plan_pass`]); `held` counts

@@ -20,7 +20,8 @@ use crate::planner::Action;
 /// When the graph cannot fit the budget, before anything ran.
 pub(crate) fn schedule(order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn ScheduledPass>> {
     let budget = budget::pass_budget(order)?;
-    let (plan, held) = budget::plan_pass(order, budget);
+    // The pass plans within what other live graphs under a budget leave of it.
+    let (plan, held, budget) = budget::plan_pass(order, budget);
     Some(Box::new(BudgetPass { budget, plan, held }))
 }
 
