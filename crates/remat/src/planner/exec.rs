@@ -1570,17 +1570,57 @@ pub(crate) fn run_logged(
     budget: u64,
     hints: &Hints,
 ) -> Result<(Vec<Action>, f64, Work, Decisions), Error> {
+    match run_until(view, analysis, strategy, budget, hints, f64::INFINITY)? {
+        Run::Done(actions, cost, work, decisions) => Ok((actions, cost, work, decisions)),
+        Run::Abandoned(_) => unreachable!("a run without a limit completes"),
+    }
+}
+
+/// A run of [`run_within`]: finished (actions, recompute cost, work, decisions), or
+/// abandoned once its recompute passed the limit (the work it took).
+pub(crate) enum Run {
+    Done(Vec<Action>, f64, Work, Decisions),
+    Abandoned(Work),
+}
+
+/// [`run_logged`], abandoned as soon as its recompute cost passes `limit`: a portfolio does
+/// not finish a run that has already lost.
+pub(crate) fn run_within(
+    view: &GraphView,
+    analysis: &Arc<Analysis>,
+    strategy: Strategy,
+    budget: u64,
+    hints: &Hints,
+    limit: f64,
+) -> Result<Run, Error> {
+    run_until(view, analysis, strategy, budget, hints, limit)
+}
+
+fn run_until(
+    view: &GraphView,
+    analysis: &Arc<Analysis>,
+    strategy: Strategy,
+    budget: u64,
+    hints: &Hints,
+    limit: f64,
+) -> Result<Run, Error> {
     let mut exec = Exec::planned(view, analysis.clone(), strategy, budget);
     exec.set_hints(hints);
     for j in 0..view.len() as u32 {
         exec.compute(j)?;
+        if exec.recompute_cost() > limit {
+            return Ok(Run::Abandoned(exec.work()));
+        }
     }
     exec.begin_backward(view.step_order().to_vec())?;
     for _ in 0..view.len() {
         exec.step()?;
+        if exec.recompute_cost() > limit {
+            return Ok(Run::Abandoned(exec.work()));
+        }
     }
     let cost = exec.recompute_cost();
     let work = exec.work();
     let decisions = exec.take_decisions();
-    Ok((exec.into_actions(), cost, work, decisions))
+    Ok(Run::Done(exec.into_actions(), cost, work, decisions))
 }
