@@ -220,20 +220,29 @@ fn policies() -> [Policy; 3] {
 // Default tests (no clocks).
 
 /// A 100k-op wide DAG builds, runs backward and drops on a 2 MiB stack under every policy
-/// (no recursion over the graph: traversal, replays and `Drop` use explicit stacks).
+/// (no recursion over the graph: traversal, replays and `Drop` use explicit stacks),
+/// budgets included: unbounded, and 10,000 values (about a tenth of what it keeps), where
+/// the online eviction, the scheduled pass and the planner all run over the whole graph.
 #[test]
 fn a_100k_op_wide_dag_runs_on_a_2_mib_stack() {
     let _s = serial();
     let before = remat::stats().live_bytes;
-    for policy in policies() {
+    let budgets = [Policy::Budget(u64::MAX), Policy::Budget(40_000)];
+    for policy in policies().into_iter().chain(budgets) {
+        remat::reset_stats();
+        let budget = match policy {
+            Policy::Budget(bytes) => bytes,
+            _ => u64::MAX,
+        };
         on_small_stack("a 100k-op wide DAG", move || {
             run(Shape::WideDag, &policy, 100_000);
         });
+        let stats = remat::stats();
         assert_eq!(
-            remat::stats().live_bytes,
-            before,
+            stats.live_bytes, before,
             "values kept after the graphs were dropped"
         );
+        assert!(stats.peak_bytes <= budget, "{stats:?}");
     }
 }
 
