@@ -194,6 +194,35 @@ fn a_1000_op_chain_replays_within_10_percent_of_revolve_once_planned() {
     }
 }
 
+/// Planned mode on a graph longer than the first compaction of the thread's online state
+/// (1024 ops), with an evaluation pass between the steps (a forward pass dropped without
+/// backward): the later steps still follow the plan. Both used to switch planned mode off
+/// (2M replays a step on a 30k-op chain at 100 values where the plan makes 55k).
+#[test]
+fn a_3000_op_chain_follows_its_plan_past_compactions_and_dropped_passes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (n, slots) = (3000, 10u64);
+    let optimum = remat::planner::revolve::replays(n as u64, slots).unwrap();
+    let mut replays = sin_chain_replays(n, slots * 4, 1);
+    let device = Default::default();
+    let x = A::float_from_data(TensorData::new(vec![0.5f32], [1]), &device);
+    remat::with_policy(Policy::Budget(slots * 4), || {
+        let mut y: T = A::float_set_require_grad(x, true);
+        for _ in 0..n {
+            y = A::float_sin(y);
+        }
+        drop(y);
+    });
+    replays.extend(sin_chain_replays(n, slots * 4, 2));
+    eprintln!("replays {replays:?}, Revolve {optimum}");
+    for &planned in &replays[1..] {
+        assert!(
+            planned as f64 <= 1.1 * optimum as f64,
+            "{planned} replays, Revolve's optimum {optimum}"
+        );
+    }
+}
+
 #[test]
 fn saved_values_lists_what_the_budget_dropped() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -227,6 +227,11 @@ impl Session {
             }
         };
         fresh.nodes = prefix;
+        // A step following a plan keeps following it when nothing was forgotten (the
+        // indices, the plan's node numbers, are unchanged) under the same budget.
+        if live.len() == self.handles.len() && budget_id == self.budget_id {
+            fresh.follow = self.follow.take();
+        }
         *self = fresh;
         Ok(())
     }
@@ -329,7 +334,22 @@ pub(crate) fn on_record<B: Backend>(
     let answer = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         let session = cell.get_or_insert_with(|| Session::new(budget_id));
-        if session.budget_id != budget_id || session.handles.len() >= session.compact_at {
+        // A new graph after the ones recorded before were all dropped without backward (an
+        // evaluation pass, say): start over now, so that a step starting here finds an
+        // empty session and follows its plan. The oldest and the newest node are checked
+        // first; the scan stops at the first live node.
+        let dead = |h: &Weak<dyn GraphNode>| h.strong_count() == 0;
+        let dropped_before = session.handles.first().is_some_and(dead)
+            && session.handles.last().is_some_and(dead)
+            && inputs
+                .iter()
+                .chain(&step_reads)
+                .all(|id| !session.index.contains_key(id))
+            && session.handles.iter().all(dead);
+        if session.budget_id != budget_id
+            || session.handles.len() >= session.compact_at
+            || dropped_before
+        {
             let budget = bytes_of(budget_id);
             if let Err(error) = session.compact(budget_id) {
                 *cell = None;

@@ -160,7 +160,8 @@ pub(crate) fn plan_with(
         }
     }
     let mut uniform_costs = false;
-    if let Some(bytes) = revolve::uniform_chain(view) {
+    let uniform = revolve::uniform_chain(view);
+    if let Some(bytes) = uniform {
         let first = view.nodes()[0].cost;
         uniform_costs = view.nodes().iter().all(|n| n.cost == first);
         if let Some(schedule) = revolve::schedule(view, budget / bytes) {
@@ -173,6 +174,20 @@ pub(crate) fn plan_with(
     if let Some(schedule) = chain::schedule(view, budget) {
         best.work.runs += 1;
         best.consider(schedule);
+    } else if uniform.is_none()
+        && let Some(slot) = revolve::general_chain(view)
+    {
+        // Too long for the DP: Revolve's binomial schedule, blind to costs but never far
+        // from the fewest replays, and a bound for the runs below.
+        let fixed: u64 = view.nodes().iter().map(|n| n.fixed_bytes).sum();
+        if let Some(schedule) = budget
+            .checked_sub(fixed)
+            .and_then(|room| revolve::schedule(view, room / slot))
+        {
+            best.work.runs += 1;
+            best.work.units += schedule.len() as u64;
+            best.consider(schedule);
+        }
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
     if !(uniform_costs && best.cost().is_some()) {

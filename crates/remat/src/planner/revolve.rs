@@ -43,6 +43,29 @@ pub(crate) fn uniform_chain(view: &GraphView) -> Option<u64> {
     (chain && reversed).then_some(bytes)
 }
 
+/// The slot size of `view` if it is a *general* chain Revolve's schedule serves (valid,
+/// though no longer optimal in cost): node `i` reads node `i - 1` only, each step reads its
+/// node's input or nothing (never its own output), values of any size (each in a slot of
+/// the largest), nothing pinned or forced, steps in reverse order.
+pub(crate) fn general_chain(view: &GraphView) -> Option<u64> {
+    let nodes = view.nodes();
+    let slot = nodes.iter().map(|node| node.bytes).max()?;
+    if slot == 0 {
+        return None;
+    }
+    let n = nodes.len() as u32;
+    let chain = nodes.iter().enumerate().all(|(i, node)| {
+        let i = i as u32;
+        let previous: &[u32] = if i == 0 { &[] } else { &[i - 1] };
+        node.inputs == previous
+            && (node.step_reads.is_empty() || node.step_reads == previous)
+            && node.replayable
+            && node.forced.is_none()
+    });
+    let reversed = view.step_order().iter().copied().eq((0..n).rev());
+    (chain && reversed).then_some(slot)
+}
+
 /// Binomial tables for `t(l, s)`.
 struct Tables {
     n: u64,
