@@ -739,7 +739,51 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
             }
             per_node
         });
-    let mut per_node = match followed.map_or_else(|| attempt(&held), Ok) {
+    let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+        let per_node = attempt(held);
+        // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
+        // this state, when it replays less than the online plan.
+        let Some(schedule) = planner::revolve::resume(&view, held, budget) else {
+            return per_node;
+        };
+        let Ok(outcome) = planner::simulate(&view, &schedule, budget) else {
+            return per_node;
+        };
+        let replayed = |per_node: &[Vec<Action>]| -> f64 {
+            let replays = per_node.iter().flatten().filter_map(|a| match *a {
+                Action::Replay(v) => Some(view.node(v).cost),
+                _ => None,
+            });
+            replays.sum()
+        };
+        if per_node
+            .as_ref()
+            .is_ok_and(|p| replayed(p) <= outcome.recompute_cost)
+        {
+            return per_node;
+        }
+        let index = schedule.index();
+        let actions = schedule.actions();
+        let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
+        for (p, (pos, _)) in entries.iter().enumerate() {
+            if let Some(mut range) = index.backward(p) {
+                if p == 0 {
+                    // The drops right after the last forward op are the backward's (this
+                    // forward pass already ran): only its keeps stay behind.
+                    let last = actions
+                        .iter()
+                        .rposition(|a| matches!(a, Action::Compute(_)));
+                    range.start = last.map_or(0, |k| k + 1);
+                    while matches!(actions.get(range.start), Some(Action::Keep(_))) {
+                        range.start += 1;
+                    }
+                }
+                chunks[*pos] = actions[range].to_vec();
+            }
+        }
+        Ok(chunks)
+    };
+    let mut per_node = match followed.map_or_else(|| online(&held), Ok) {
         Ok(per_node) => per_node,
         Err(_) => {
             // The forward pass left a state the backward pass cannot continue from within

@@ -164,23 +164,8 @@ enum Task {
     Free(u32),
 }
 
-/// An optimal schedule for a uniform chain with room for `slots` values (see the module
-/// docs); `None` if `slots` is zero and the chain has more than one op.
-pub(crate) fn schedule(view: &GraphView, slots: u64) -> Option<Schedule> {
-    let n = view.len() as u32;
-    if n == 0 {
-        return Some(Schedule::default());
-    }
-    let tables = Tables::new(n as u64, slots.saturating_add(1));
-    if tables.top(n as u64, slots) == u64::MAX {
-        return None;
-    }
-    let mut out = Vec::new();
-    let mut tasks = vec![Task::Top {
-        a: 0,
-        b: n - 1,
-        s: slots,
-    }];
+/// Carries out Revolve's recursion from `tasks` (popped last first), appending the actions.
+fn run(tables: &Tables, mut tasks: Vec<Task>, out: &mut Vec<Action>) {
     while let Some(task) = tasks.pop() {
         match task {
             Task::Free(v) => out.push(Action::Free(v)),
@@ -234,5 +219,119 @@ pub(crate) fn schedule(view: &GraphView, slots: u64) -> Option<Schedule> {
             }
         }
     }
+}
+
+/// Emits Revolve's reversal of values `a..=b` (value `a - 1` held, a leaf for `a = 0`) with
+/// room for `s` of them.
+fn reverse(tables: &Tables, a: u32, b: u32, s: u64, out: &mut Vec<Action>) {
+    run(tables, vec![Task::Rev { a, b, s }], out);
+}
+
+/// An optimal schedule for a uniform chain with room for `slots` values (see the module
+/// docs); `None` if `slots` is zero and the chain has more than one op.
+pub(crate) fn schedule(view: &GraphView, slots: u64) -> Option<Schedule> {
+    let n = view.len() as u32;
+    if n == 0 {
+        return Some(Schedule::default());
+    }
+    let tables = Tables::new(n as u64, slots.saturating_add(1));
+    if tables.top(n as u64, slots) == u64::MAX {
+        return None;
+    }
+    let mut out = Vec::new();
+    run(
+        &tables,
+        vec![Task::Top {
+            a: 0,
+            b: n - 1,
+            s: slots,
+        }],
+        &mut out,
+    );
     Some(Schedule::new(out))
+}
+
+/// A backward pass for a general chain ([`general_chain`]) whose forward pass left exactly
+/// `held` held (an online forward pass, say), as a whole schedule: a forward pass that keeps
+/// `held`, then the backward. The backward keeps the lowest few held values (none, one, two,
+/// four ... all of them: whichever the simulator finds cheapest), drops the others, and
+/// reverses each segment between two kept values, from the last, by Revolve with the slots
+/// the kept values below it leave (a segment's end is freed first: only the segment above
+/// reads it). `None` when the view is not such a chain or nothing fits.
+///
+/// NOTE [resume-chain]: the planner's online eviction, resumed on that state, replays a
+/// value's whole segment for each step (about n^2 / 4s replays for n ops and s values);
+/// Revolve per segment replays a few times n (a 3000-op chain at 10 values: 241k replays
+/// online, about 26k so).
+pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<Schedule> {
+    let slot = general_chain(view)?;
+    let fixed: u64 = view.nodes().iter().map(|node| node.fixed_bytes).sum();
+    let room = budget.checked_sub(fixed)? / slot;
+    let n = view.len() as u32;
+    let mut held = held.to_vec();
+    held.sort_unstable();
+    held.dedup();
+    if held.last().is_some_and(|&h| h >= n) || held.len() as u64 > room {
+        return None;
+    }
+    let mut forward = Vec::with_capacity(2 * n as usize);
+    for i in 0..n {
+        forward.push(Action::Compute(i));
+        if held.binary_search(&i).is_ok() {
+            forward.push(Action::Keep(i));
+        }
+    }
+    let tables = Tables::new(u64::from(n), room.saturating_add(1));
+    let mut counts: Vec<usize> =
+        core::iter::successors(Some(0), |&k| Some(if k == 0 { 1 } else { 2 * k }))
+            .take_while(|&k| k < held.len())
+            .collect();
+    counts.push(held.len());
+    let mut best: Option<(f64, Schedule)> = None;
+    for keep in counts {
+        let mut out = forward.clone();
+        out.extend(held[keep..].iter().map(|&h| Action::Free(h)));
+        if !reverse_segments(&tables, &held[..keep], n, room, &mut out) {
+            continue;
+        }
+        let schedule = Schedule::new(out);
+        if let Ok(outcome) = super::simulate(view, &schedule, budget)
+            && best
+                .as_ref()
+                .is_none_or(|(cost, _)| outcome.recompute_cost < *cost)
+        {
+            best = Some((outcome.recompute_cost, schedule));
+        }
+    }
+    best.map(|(_, schedule)| schedule)
+}
+
+/// Emits the reversal of values `0..n` with `kept` (sorted) held and room for `room`
+/// values: each segment between two kept values, from the last, by Revolve with the slots
+/// the kept values below it leave. `false` when a segment has no room.
+fn reverse_segments(
+    tables: &Tables,
+    kept: &[u32],
+    n: u32,
+    room: u64,
+    out: &mut Vec<Action>,
+) -> bool {
+    // Segments [a, b], from the last: a - 1 is kept (or a leaf), b is kept or the chain's end.
+    let mut b = n - 1;
+    loop {
+        let below = kept.partition_point(|&h| h < b);
+        let a = if below == 0 { 0 } else { kept[below - 1] + 1 };
+        if kept.binary_search(&b).is_ok() {
+            out.push(Action::Free(b));
+        }
+        let s = room - below as u64;
+        if b > a && s == 0 {
+            return false;
+        }
+        reverse(tables, a, b, s, out);
+        if a == 0 {
+            return true;
+        }
+        b = a - 1;
+    }
 }
