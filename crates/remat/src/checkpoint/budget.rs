@@ -740,28 +740,28 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
             per_node
         });
     let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
-        let per_node = attempt(held);
         // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
-        // this state, when it replays less than the online plan.
-        let Some(schedule) = planner::revolve::resume(&view, held, budget) else {
-            return per_node;
+        // this state; the online plan is abandoned once it replays more.
+        let resumed = planner::revolve::resume(&view, held, budget).and_then(|schedule| {
+            let outcome = planner::simulate(&view, &schedule, budget).ok()?;
+            Some((schedule, outcome.recompute_cost))
+        });
+        let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
+        let per_node = attempt_plan_within(
+            &nodes,
+            &step_order,
+            &entries,
+            order.len(),
+            budget,
+            held,
+            limit,
+        );
+        let schedule = match (per_node, resumed) {
+            (Ok(Some(per_node)), _) => return Ok(per_node),
+            (Err(error), None) => return Err(error),
+            (Ok(None), None) => unreachable!("only a limit abandons a plan"),
+            (_, Some((schedule, _))) => schedule,
         };
-        let Ok(outcome) = planner::simulate(&view, &schedule, budget) else {
-            return per_node;
-        };
-        let replayed = |per_node: &[Vec<Action>]| -> f64 {
-            let replays = per_node.iter().flatten().filter_map(|a| match *a {
-                Action::Replay(v) => Some(view.node(v).cost),
-                _ => None,
-            });
-            replays.sum()
-        };
-        if per_node
-            .as_ref()
-            .is_ok_and(|p| replayed(p) <= outcome.recompute_cost)
-        {
-            return per_node;
-        }
         let index = schedule.index();
         let actions = schedule.actions();
         let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
@@ -873,14 +873,37 @@ fn attempt_plan(
     budget: u64,
     held: &[u32],
 ) -> Result<Vec<Vec<Action>>, planner::Error> {
+    let plan = attempt_plan_within(nodes, step_order, entries, len, budget, held, f64::INFINITY)?;
+    Ok(plan.expect("a plan without a limit is never abandoned"))
+}
+
+/// [`attempt_plan`], abandoned (`Ok(None)`) once its replays cost more than `limit`.
+fn attempt_plan_within(
+    nodes: &[planner::Node],
+    step_order: &[u32],
+    entries: &[(usize, ScheduleEntry)],
+    len: usize,
+    budget: u64,
+    held: &[u32],
+    limit: f64,
+) -> Result<Option<Vec<Vec<Action>>>, planner::Error> {
     let mut dtr = Dtr::resume(budget, nodes.to_vec(), held)?;
     let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); len];
     let mut pending = dtr.begin_backward(step_order.to_vec())?.to_vec();
+    let mut replayed = 0.0;
     for (pos, _) in entries {
         pending.extend_from_slice(dtr.on_step()?);
+        for action in &pending {
+            if let Action::Replay(v) = *action {
+                replayed += nodes[v as usize].cost;
+            }
+        }
+        if replayed > limit {
+            return Ok(None);
+        }
         per_node[*pos] = core::mem::take(&mut pending);
     }
-    Ok(per_node)
+    Ok(Some(per_node))
 }
 
 /// The bytes held by this thread's live graphs recorded under a budget, outside the pass
