@@ -402,3 +402,38 @@ fn two_live_graphs_share_the_budget() {
         }
     }
 }
+
+/// A training loop with two graphs under one budget (its last batch is smaller): each step
+/// follows the plan made for its own graph, whichever ran last. It used to follow the most
+/// recent plan only, so the first step after a switch ran online.
+#[test]
+fn each_graph_follows_its_own_plan() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let device = Default::default();
+    let step = |len: usize| -> u64 {
+        let x = A::float_from_data(TensorData::new(vec![0.5f32; len], [len]), &device);
+        let x = A::float_set_require_grad(x, true);
+        let before = remat::stats().replays;
+        remat::with_policy(Policy::Budget(3 * VALUE), || {
+            let mut y: T = x.clone();
+            for i in 0..30 {
+                y = if i % 2 == 0 {
+                    A::float_sin(y)
+                } else {
+                    A::float_exp(A::float_mul_scalar(y, 0.5f32.into()))
+                };
+            }
+            let grads = A::float_sum(y).backward();
+            assert!(<A as AutodiffBackend>::grad(&x, &grads).is_some());
+        });
+        remat::stats().replays - before
+    };
+    // Each graph twice in a row: online, then its plan (measured: 126 then 54 replays for
+    // the full batch, 33 then 27 for the half).
+    let (_, planned_full) = (step(LEN), step(LEN));
+    let (_, planned_half) = (step(LEN / 2), step(LEN / 2));
+    for round in 0..3 {
+        assert_eq!(step(LEN), planned_full, "round {round}: the full batch");
+        assert_eq!(step(LEN / 2), planned_half, "round {round}: the half batch");
+    }
+}

@@ -375,7 +375,10 @@ pub(crate) fn on_record<B: Backend>(
         if index == 0 && session.follow.is_none() {
             // A new step: follow the plan of the last step run under this budget, if any.
             session.follow = PLANS.with(|plans| {
-                let plan = plans.borrow().most_recent(session.budget)?.clone();
+                let plans = plans.borrow();
+                let plan = plans
+                    .most_recent_starting_with(session.budget, &entry)?
+                    .clone();
                 let index = plan.schedule.index();
                 Some(Follow { plan, index })
             });

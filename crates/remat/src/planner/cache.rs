@@ -154,6 +154,21 @@ impl PlanCache {
             .find(|e| e.budget_bytes == budget_bytes)
     }
 
+    /// The most recently used plan for `budget_bytes` whose view starts with an op like
+    /// `first` ([`same_structure`]): what the engine follows from the first op of a step (a
+    /// loop whose last batch is smaller has two graphs; each step picks its own).
+    pub fn most_recent_starting_with(
+        &self,
+        budget_bytes: u64,
+        first: &super::Node,
+    ) -> Option<&CachedPlan> {
+        self.entries.iter().rev().find(|e| {
+            e.budget_bytes == budget_bytes
+                && !e.view.is_empty()
+                && same_structure(first, e.view.node(0))
+        })
+    }
+
     /// Caches a plan and returns it.
     pub fn insert(&mut self, view: GraphView, budget_bytes: u64, schedule: Schedule) -> CachedPlan {
         let signature = signature(&view);
