@@ -8,8 +8,6 @@
 //! Forward only: the ratio is decided by what the forward pass keeps, and the graph is
 //! dropped without backward (the heap then returns to where it was).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::Instant;
 
@@ -18,41 +16,19 @@ use burn::nn::{Gelu, Linear, LinearConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 use remat_models::programs::synthetic;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+// The engine's tests' counting allocator (not all of it is used here).
+#[allow(dead_code)]
+#[path = "../../remat/tests/support/heap.rs"]
+mod heap;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap::Heap = heap::Heap;
 
-/// The allocator counts the whole process: the tests of this binary run one at a time.
+/// The allocator counts the measuring thread and rayon's (shared counters): the tests of
+/// this binary run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+use heap::live;
 
 /// What one forward pass kept, by the allocator and by `remat::stats()`.
 #[derive(Debug)]
@@ -82,9 +58,13 @@ fn warm_up<const D: usize>(
     ONE_THREAD.call_once(|| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(1)
+            .start_handler(|_| {
+                heap::set_measured(true);
+            })
             .build_global()
             .expect("rayon's global pool is configured before any Flex op of this binary");
     });
+    heap::set_measured(true);
     let len = shape.iter().product::<usize>();
     let x = Tensor::<D>::from_data(TensorData::new(synthetic(len, 3), shape), device);
     drop(forward(x.require_grad()));

@@ -23,11 +23,11 @@
 //! the Burn API, where a counting inner backend sees each backward step:
 //! `crates/remat/tests/memory_trace.rs`.
 //!
-//! The allocator counts the whole process (Flex runs some kernels on rayon's pool, pinned to
-//! one thread here as in tests/memory_models.rs): the tests of this file run one at a time.
+//! The allocator (the engine's tests' `support/heap.rs`) counts the test thread and rayon's
+//! pool (Flex runs some kernels there; pinned to one thread here, as in
+//! tests/memory_models.rs), not the harness's other threads; its counters are shared, so the
+//! tests of this file run one at a time.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
@@ -37,42 +37,12 @@ use remat_models::programs::cnn::Cnn;
 use remat_models::programs::mlp::Mlp;
 use remat_models::programs::{synthetic, synthetic_labels};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-fn grow(bytes: isize) {
-    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-}
-
-// SAFETY: every call forwards to `System` unchanged; the counters never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size() as isize);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        grow(new_size as isize - layout.size() as isize);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+// The engine's tests' counting allocator.
+#[path = "../../remat/tests/support/heap.rs"]
+mod heap;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn heap() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+static GLOBAL: heap::Heap = heap::Heap;
 
 /// Graph bookkeeping (nodes, edges, the gradients' map) and the harness's own allocations
 /// while a test runs: far below the smallest activation measured here (8 KiB).
@@ -92,9 +62,13 @@ fn serial() -> MutexGuard<'static, ()> {
     ONE_THREAD.call_once(|| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(1)
+            .start_handler(|_| {
+                heap::set_measured(true);
+            })
             .build_global()
             .expect("rayon's global pool is configured before any Flex op of this binary");
     });
+    heap::set_measured(true);
     guard
 }
 
@@ -144,19 +118,19 @@ fn measure(
     loss: impl FnOnce() -> Tensor<1>,
 ) -> Measured {
     let base = remat::stats().live_bytes;
-    let heap_start = heap();
+    let heap_start = heap::live();
     let loss = loss();
     let kept = remat::stats().live_bytes - base;
-    let grown = heap() - heap_start;
+    let grown = heap::live() - heap_start;
     assert!(
         grown >= kept as isize,
         "{what}: forward grew the heap by {grown} bytes, less than the {kept} bytes kept"
     );
     remat::reset_stats();
-    let heap_before = heap();
-    PEAK.store(heap_before, Ordering::Relaxed);
+    let heap_before = heap::live();
+    heap::reset_peak(heap_before);
     let grads = loss.backward();
-    let heap_peak = PEAK.load(Ordering::Relaxed) - heap_before;
+    let heap_peak = heap::peak() - heap_before;
     let peak = remat::stats().peak_bytes - base;
     assert_eq!(
         remat::stats().live_bytes,
@@ -164,7 +138,7 @@ fn measure(
         "{what}: kept after backward"
     );
     // The heap above the step's start now holds the gradients, nothing kept.
-    let held = heap() - heap_start - grad_bytes as isize;
+    let held = heap::live() - heap_start - grad_bytes as isize;
     assert!(
         held.abs() <= HEAP_SLACK,
         "{what}: after backward the heap holds {held} bytes besides the {grad_bytes} bytes of \

@@ -13,10 +13,7 @@
 //!
 //! The figures are in `docs/SCALE.md`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Once;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams};
@@ -28,46 +25,15 @@ use remat_models::programs::{LEARNING_RATE, exclusive, scalar, synthetic};
 // A counting allocator: the allocations of the measured thread and of rayon's pool (Flex runs
 // large kernels there), not those of the test harness's own threads.
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-thread_local! {
-    static MEASURED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count(bytes: isize) {
-    if MEASURED.try_with(Cell::get).unwrap_or(false) {
-        LIVE.fetch_add(bytes, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call forwards to `System` unchanged; the counter never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(new_size as isize - layout.size() as isize);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+// The engine's tests' counting allocator (not all of it is used here).
+#[allow(dead_code)]
+#[path = "../../remat/tests/support/heap.rs"]
+mod heap;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap::Heap = heap::Heap;
 
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+use heap::live;
 
 /// Counts this thread's allocations, and every rayon worker's (each is marked as it starts),
 /// until dropped.
@@ -77,17 +43,19 @@ fn measure() -> Measuring {
     static POOL: Once = Once::new();
     POOL.call_once(|| {
         rayon::ThreadPoolBuilder::new()
-            .start_handler(|_| MEASURED.with(|m| m.set(true)))
+            .start_handler(|_| {
+                heap::set_measured(true);
+            })
             .build_global()
             .expect("rayon's global pool is configured before any Flex op of this binary");
     });
-    MEASURED.with(|m| m.set(true));
+    heap::set_measured(true);
     Measuring
 }
 
 impl Drop for Measuring {
     fn drop(&mut self) {
-        MEASURED.with(|m| m.set(false));
+        heap::set_measured(false);
     }
 }
 
