@@ -19,13 +19,17 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const LEN: usize = 1000;
 const VALUE: u64 = (LEN * 4) as u64;
 
-/// A chain of `n` ops alternating `sin` (reads its input) and `exp(0.5 x)` (reads its output);
-/// returns the gradient, the peak held bytes during the step and the replays.
-fn chain(n: usize) -> (Vec<f32>, u64, u64) {
-    let device = Default::default();
-    let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
-    let x = A::float_set_require_grad(x, true);
-    remat::reset_stats();
+/// A tracked leaf of `len` f32 (0.5 each).
+fn leaf(len: usize) -> T {
+    let x = A::float_from_data(
+        TensorData::new(vec![0.5f32; len], [len]),
+        &Default::default(),
+    );
+    A::float_set_require_grad(x, true)
+}
+
+/// `n` ops from `x` alternating `sin` (reads its input) and `exp(0.5 x)` (reads its output).
+fn sin_exp(x: &T, n: usize) -> T {
     let mut y: T = x.clone();
     for i in 0..n {
         y = if i % 2 == 0 {
@@ -34,13 +38,27 @@ fn chain(n: usize) -> (Vec<f32>, u64, u64) {
             A::float_exp(A::float_mul_scalar(y, 0.5f32.into()))
         };
     }
+    y
+}
+
+/// The gradient of `x` after a backward pass from `sum(y)`.
+fn gradient(x: &T, y: T) -> Vec<f32> {
     let grads = A::float_sum(y).backward();
-    let s = remat::stats();
-    let g = <A as AutodiffBackend>::grad(&x, &grads).expect("x has a gradient");
-    let g: Vec<f32> = burn_backend::read_sync(I::float_into_data(g))
+    let g = <A as AutodiffBackend>::grad(x, &grads).expect("x has a gradient");
+    burn_backend::read_sync(I::float_into_data(g))
         .unwrap()
         .try_into_vec::<f32>()
-        .unwrap();
+        .unwrap()
+}
+
+/// A chain of `n` ops alternating `sin` and `exp(0.5 x)` ([`sin_exp`]); returns the
+/// gradient, the peak held bytes during the step and the replays.
+fn chain(n: usize) -> (Vec<f32>, u64, u64) {
+    let x = leaf(LEN);
+    remat::reset_stats();
+    let y = sin_exp(&x, n);
+    let g = gradient(&x, y);
+    let s = remat::stats();
     (g, s.peak_bytes, s.replays)
 }
 
@@ -351,28 +369,9 @@ fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
 #[test]
 fn two_live_graphs_share_the_budget() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let device = Default::default();
-    let x = A::float_from_data(TensorData::new(vec![0.5f32; LEN], [LEN]), &device);
-    let x = A::float_set_require_grad(x, true);
-    let forward = |n: usize| {
-        let mut y: T = x.clone();
-        for i in 0..n {
-            y = if i % 2 == 0 {
-                A::float_sin(y)
-            } else {
-                A::float_exp(A::float_mul_scalar(y, 0.5f32.into()))
-            };
-        }
-        y
-    };
-    let grad = |y: T| -> Vec<f32> {
-        let grads = A::float_sum(y).backward();
-        let g = <A as AutodiffBackend>::grad(&x, &grads).expect("x has a gradient");
-        burn_backend::read_sync(I::float_into_data(g))
-            .unwrap()
-            .try_into_vec::<f32>()
-            .unwrap()
-    };
+    let x = leaf(LEN);
+    let forward = |n: usize| sin_exp(&x, n);
+    let grad = |y: T| gradient(&x, y);
     let (want_a, want_b) =
         remat::with_policy(Policy::SaveAll, || (grad(forward(30)), grad(forward(20))));
     // One graph alone needs one value at the least; both together 25 (15 + 10) to keep all.
@@ -409,23 +408,10 @@ fn two_live_graphs_share_the_budget() {
 #[test]
 fn each_graph_follows_its_own_plan() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let device = Default::default();
     let step = |len: usize| -> u64 {
-        let x = A::float_from_data(TensorData::new(vec![0.5f32; len], [len]), &device);
-        let x = A::float_set_require_grad(x, true);
+        let x = leaf(len);
         let before = remat::stats().replays;
-        remat::with_policy(Policy::Budget(3 * VALUE), || {
-            let mut y: T = x.clone();
-            for i in 0..30 {
-                y = if i % 2 == 0 {
-                    A::float_sin(y)
-                } else {
-                    A::float_exp(A::float_mul_scalar(y, 0.5f32.into()))
-                };
-            }
-            let grads = A::float_sum(y).backward();
-            assert!(<A as AutodiffBackend>::grad(&x, &grads).is_some());
-        });
+        remat::with_policy(Policy::Budget(3 * VALUE), || gradient(&x, sin_exp(&x, 30)));
         remat::stats().replays - before
     };
     // Each graph twice in a row: online, then its plan (measured: 126 then 54 replays for

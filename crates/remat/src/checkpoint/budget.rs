@@ -698,17 +698,28 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     // whose backward runs later, say) hold bytes the whole time: the pass plans within what
     // they leave. When that is too little, the values of theirs that can be rebuilt go
     // first (their own passes rebuild them).
+    let attempt_within = |budget: u64, held: &[u32], limit: f64| {
+        attempt_plan(
+            &nodes,
+            &step_order,
+            &entries,
+            order.len(),
+            budget,
+            held,
+            limit,
+        )
+    };
+    let attempt_under = |budget: u64, held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+        let plan = attempt_within(budget, held, f64::INFINITY)?;
+        Ok(plan.expect("a plan without a limit is never abandoned"))
+    };
     let mut outside = outside_bytes(&index, false);
     let mut room = budget.saturating_sub(outside);
-    if outside > 0 && attempt_plan(&nodes, &step_order, &entries, order.len(), room, &held).is_err()
-    {
+    if outside > 0 && attempt_under(room, &held).is_err() {
         outside = outside_bytes(&index, true);
         room = budget.saturating_sub(outside);
     }
     let budget = room;
-    let attempt_under = |budget: u64, held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
-        attempt_plan(&nodes, &step_order, &entries, order.len(), budget, held)
-    };
     let attempt = |held: &[u32]| attempt_under(budget, held);
     let signature = planner::signature(&view);
     // Planned mode: the step followed a cached plan for this very graph through its forward
@@ -734,57 +745,33 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
             (expected == now).then_some(f)
         })
         .map(|f| {
-            let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
-            for (p, (pos, _)) in entries.iter().enumerate() {
-                if let Some(range) = f.index.backward(p) {
-                    per_node[*pos] = f.plan.schedule.actions()[range].to_vec();
-                }
-            }
-            per_node
+            backward_chunks(
+                f.plan.schedule.actions(),
+                &f.index,
+                &entries,
+                order.len(),
+                false,
+            )
         });
     let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
         // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
         // this state; the online plan is abandoned once it replays more.
-        let resumed = planner::revolve::resume(&view, held, budget).and_then(|schedule| {
-            let outcome = planner::simulate(&view, &schedule, budget).ok()?;
-            Some((schedule, outcome.recompute_cost))
-        });
+        let resumed = planner::revolve::resume(&view, held, budget);
         let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-        let per_node = attempt_plan_within(
-            &nodes,
-            &step_order,
-            &entries,
-            order.len(),
-            budget,
-            held,
-            limit,
-        );
-        let schedule = match (per_node, resumed) {
+        let schedule = match (attempt_within(budget, held, limit), resumed) {
             (Ok(Some(per_node)), _) => return Ok(per_node),
             (Err(error), None) => return Err(error),
             (Ok(None), None) => unreachable!("only a limit abandons a plan"),
             (_, Some((schedule, _))) => schedule,
         };
         let index = schedule.index();
-        let actions = schedule.actions();
-        let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); order.len()];
-        for (p, (pos, _)) in entries.iter().enumerate() {
-            if let Some(mut range) = index.backward(p) {
-                if p == 0 {
-                    // The drops right after the last forward op are the backward's (this
-                    // forward pass already ran): only its keeps stay behind.
-                    let last = actions
-                        .iter()
-                        .rposition(|a| matches!(a, Action::Compute(_)));
-                    range.start = last.map_or(0, |k| k + 1);
-                    while matches!(actions.get(range.start), Some(Action::Keep(_))) {
-                        range.start += 1;
-                    }
-                }
-                chunks[*pos] = actions[range].to_vec();
-            }
-        }
-        Ok(chunks)
+        Ok(backward_chunks(
+            schedule.actions(),
+            &index,
+            &entries,
+            order.len(),
+            true,
+        ))
     };
     let mut per_node = match followed.map_or_else(|| online(&held), Ok) {
         Ok(per_node) => per_node,
@@ -866,22 +853,39 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     (per_node, held_bytes, budget)
 }
 
-/// The planner's actions for a pass (see [`plan_pass`]): for each position of the order
-/// (`len` of them), what to carry out before finishing that node.
-fn attempt_plan(
-    nodes: &[planner::Node],
-    step_order: &[u32],
+/// A whole-step schedule's backward cut into the pass's per-node chunks: the actions before
+/// and at each step, at the step's position in the order (`entries`, `len` positions). With
+/// `forward_ran`, the drops right after the last forward op are the backward's (a schedule
+/// made after that forward pass ran, which carried out only its keeps).
+fn backward_chunks(
+    actions: &[Action],
+    index: &ScheduleIndex,
     entries: &[(usize, ScheduleEntry)],
     len: usize,
-    budget: u64,
-    held: &[u32],
-) -> Result<Vec<Vec<Action>>, planner::Error> {
-    let plan = attempt_plan_within(nodes, step_order, entries, len, budget, held, f64::INFINITY)?;
-    Ok(plan.expect("a plan without a limit is never abandoned"))
+    forward_ran: bool,
+) -> Vec<Vec<Action>> {
+    let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); len];
+    for (p, (pos, _)) in entries.iter().enumerate() {
+        if let Some(mut range) = index.backward(p) {
+            if p == 0 && forward_ran {
+                let last = actions
+                    .iter()
+                    .rposition(|a| matches!(a, Action::Compute(_)));
+                range.start = last.map_or(0, |k| k + 1);
+                while matches!(actions.get(range.start), Some(Action::Keep(_))) {
+                    range.start += 1;
+                }
+            }
+            chunks[*pos] = actions[range].to_vec();
+        }
+    }
+    chunks
 }
 
-/// [`attempt_plan`], abandoned (`Ok(None)`) once its replays cost more than `limit`.
-fn attempt_plan_within(
+/// The planner's actions for a pass (see [`plan_pass`]): for each position of the order
+/// (`len` of them), what to carry out before finishing that node; abandoned (`Ok(None)`)
+/// once its replays cost more than `limit`.
+fn attempt_plan(
     nodes: &[planner::Node],
     step_order: &[u32],
     entries: &[(usize, ScheduleEntry)],

@@ -1570,7 +1570,7 @@ pub(crate) fn run_logged(
     budget: u64,
     hints: &Hints,
 ) -> Result<(Vec<Action>, f64, Work, Decisions), Error> {
-    match run_until(view, analysis, strategy, budget, hints, f64::INFINITY)? {
+    match run_within(view, analysis, strategy, budget, hints, f64::INFINITY)? {
         Run::Done(actions, cost, work, decisions) => Ok((actions, cost, work, decisions)),
         Run::Abandoned(_) => unreachable!("a run without a limit completes"),
     }
@@ -1586,17 +1586,6 @@ pub(crate) enum Run {
 /// [`run_logged`], abandoned as soon as its recompute cost passes `limit`: a portfolio does
 /// not finish a run that has already lost.
 pub(crate) fn run_within(
-    view: &GraphView,
-    analysis: &Arc<Analysis>,
-    strategy: Strategy,
-    budget: u64,
-    hints: &Hints,
-    limit: f64,
-) -> Result<Run, Error> {
-    run_until(view, analysis, strategy, budget, hints, limit)
-}
-
-fn run_until(
     view: &GraphView,
     analysis: &Arc<Analysis>,
     strategy: Strategy,

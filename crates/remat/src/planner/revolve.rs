@@ -21,26 +21,14 @@
 
 use super::{Action, GraphView, Schedule};
 
-/// The value size of `view` if it is a uniform chain (see the module docs).
+/// The value size of `view` if it is a uniform chain (see the module docs): a general chain
+/// whose steps all read their input, of equal sizes and no constants.
 pub(crate) fn uniform_chain(view: &GraphView) -> Option<u64> {
-    let nodes = view.nodes();
-    let bytes = nodes.first()?.bytes;
-    if bytes == 0 {
-        return None;
-    }
-    let n = nodes.len() as u32;
-    let chain = nodes.iter().enumerate().all(|(i, node)| {
-        let i = i as u32;
-        let previous: &[u32] = if i == 0 { &[] } else { &[i - 1] };
-        node.inputs == previous
-            && node.step_reads == previous
-            && node.bytes == bytes
-            && node.replayable
-            && node.forced.is_none()
-            && node.fixed_bytes == 0
+    let bytes = general_chain(view)?;
+    let uniform = view.nodes().iter().enumerate().all(|(i, node)| {
+        node.bytes == bytes && node.fixed_bytes == 0 && (i == 0 || !node.step_reads.is_empty())
     });
-    let reversed = view.step_order().iter().copied().eq((0..n).rev());
-    (chain && reversed).then_some(bytes)
+    uniform.then_some(bytes)
 }
 
 /// The slot size of `view` if it is a *general* chain Revolve's schedule serves (valid,
@@ -257,13 +245,14 @@ pub(crate) fn schedule(view: &GraphView, slots: u64) -> Option<Schedule> {
 /// four ... all of them: whichever the simulator finds cheapest), drops the others, and
 /// reverses each segment between two kept values, from the last, by Revolve with the slots
 /// the kept values below it leave (a segment's end is freed first: only the segment above
-/// reads it). `None` when the view is not such a chain or nothing fits.
+/// reads it). Returns the schedule and its recompute cost (as `simulate` measures it);
+/// `None` when the view is not such a chain or nothing fits.
 ///
 /// NOTE [resume-chain]: the planner's online eviction, resumed on that state, replays a
 /// value's whole segment for each step (about n^2 / 4s replays for n ops and s values);
 /// Revolve per segment replays a few times n (a 3000-op chain at 10 values: 241k replays
 /// online, about 26k so).
-pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<Schedule> {
+pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
     let slot = general_chain(view)?;
     let fixed: u64 = view.nodes().iter().map(|node| node.fixed_bytes).sum();
     let room = budget.checked_sub(fixed)? / slot;
@@ -303,7 +292,7 @@ pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<Sche
             best = Some((outcome.recompute_cost, schedule));
         }
     }
-    best.map(|(_, schedule)| schedule)
+    best.map(|(cost, schedule)| (schedule, cost))
 }
 
 /// Emits the reversal of values `0..n` with `kept` (sorted) held and room for `room`
