@@ -49,20 +49,10 @@ pub fn recompute_lower_bound(view: &GraphView, budget_bytes: u64) -> f64 {
     let room = room as f64;
     // The dual at lambda: the min of cost(P) + lambda * bytes(H), minus lambda * room.
     let dual = |lambda: f64| closure.min_objective(lambda) - lambda * room;
-    // Prices worth trying span the graph's cost per byte.
-    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
-    for node in view.nodes() {
-        if node.bytes > 0 && node.cost > 0.0 {
-            let price = node.cost / node.bytes as f64;
-            lo = lo.min(price);
-            hi = hi.max(price);
-        }
-    }
-    if !lo.is_finite() {
+    let Some((mut a, mut b)) = log_prices(view) else {
         // No cost or no byte anywhere: holding is free or replays are.
         return dual(0.0).max(0.0);
-    }
-    let (mut a, mut b) = ((lo / 1e3).ln(), (hi * 1e3 * view.len().max(1) as f64).ln());
+    };
     // Beyond the top price, holding anything costs more than any replay: the dual is then
     // linear in lambda, with slope (fewest bytes the reads need held) - room. If it still
     // grows there, the reads cannot fit.
@@ -95,6 +85,153 @@ pub fn recompute_lower_bound(view: &GraphView, budget_bytes: u64) -> f64 {
     if best < 1e-6 { 0.0 } else { best }
 }
 
+/// The values the bound's relaxation holds when the forward pass ends, fitted to
+/// `budget_bytes` (with the constants): a guide for the planner's forward pass
+/// (`Hints::keep`), or `None` when no price makes it fit; and the work it took (arcs the
+/// flows examined).
+///
+/// The relaxation's solutions jump at a few prices: on a model of identical layers, one price
+/// holds a value kind in every layer and the next in none. Between the last price that
+/// overshoots the budget and the first that fits, the two solutions differ in separate
+/// pieces (connected through the graph's inputs; one per layer there); starting from the one
+/// that fits, pieces of the other are taken in, latest first (backward meets them first),
+/// while they fit.
+pub(crate) fn held_at_forward_end(view: &GraphView, budget_bytes: u64) -> (Option<Vec<bool>>, u64) {
+    let closure = Closure::new(view);
+    let held = fit_held(&closure, budget_bytes);
+    (held, closure.work.get())
+}
+
+/// [`held_at_forward_end`] on `closure`.
+fn fit_held(closure: &Closure<'_>, budget_bytes: u64) -> Option<Vec<bool>> {
+    let view = closure.view;
+    let fixed: u64 = view.nodes().iter().map(|n| n.fixed_bytes).sum();
+    let room = budget_bytes.checked_sub(fixed)?;
+    let nodes = view.nodes();
+    let bytes = |state: &[State]| -> u64 {
+        state
+            .iter()
+            .zip(nodes)
+            .filter(|(s, _)| **s == State::Held)
+            .map(|(_, n)| n.bytes)
+            .sum()
+    };
+    // Held bytes fall as the price rises: bisect over log(price) for the smallest that fits.
+    let (mut a, mut b) = log_prices(view)?;
+    let (_, mut fits) = closure.solve(b.exp());
+    if bytes(&fits) > room {
+        return None;
+    }
+    let (_, mut over) = closure.solve(a.exp());
+    if bytes(&over) <= room {
+        return Some(over.iter().map(|s| *s == State::Held).collect());
+    }
+    for _ in 0..HELD_SEARCH_STEPS {
+        let mid = 0.5 * (a + b);
+        let (_, state) = closure.solve(mid.exp());
+        if bytes(&state) <= room {
+            b = mid;
+            fits = state;
+        } else {
+            a = mid;
+            over = state;
+        }
+    }
+    // The pieces where the two differ: components of the changed values over input edges.
+    let n = nodes.len();
+    let changed = |v: usize| fits[v] != over[v];
+    let mut parent: Vec<u32> = (0..n as u32).collect();
+    fn find(parent: &mut [u32], mut v: u32) -> u32 {
+        while parent[v as usize] != v {
+            parent[v as usize] = parent[parent[v as usize] as usize];
+            v = parent[v as usize];
+        }
+        v
+    }
+    for (v, node) in nodes.iter().enumerate() {
+        if !changed(v) {
+            continue;
+        }
+        for &u in &node.inputs {
+            if changed(u as usize) {
+                let (x, y) = (find(&mut parent, v as u32), find(&mut parent, u));
+                if x != y {
+                    parent[x.max(y) as usize] = x.min(y);
+                }
+            }
+        }
+    }
+    // Per piece (by its root): its latest value and the bytes it adds when taken in.
+    let mut latest = vec![0u32; n];
+    let mut extra = vec![0i64; n];
+    let mut roots: Vec<u32> = Vec::new();
+    for v in (0..n).filter(|&v| changed(v)) {
+        let r = find(&mut parent, v as u32) as usize;
+        if r == v {
+            roots.push(r as u32);
+        }
+        latest[r] = latest[r].max(v as u32);
+        let held = |s: State| {
+            if s == State::Held {
+                nodes[v].bytes as i64
+            } else {
+                0
+            }
+        };
+        extra[r] += held(over[v]) - held(fits[v]);
+    }
+    roots.sort_by_key(|&r| core::cmp::Reverse(latest[r as usize]));
+    let mut left = (room - bytes(&fits)) as i64;
+    let mut take = vec![false; n];
+    for r in roots {
+        if extra[r as usize] <= left {
+            left -= extra[r as usize];
+            take[r as usize] = true;
+        }
+    }
+    Some(
+        (0..n)
+            .map(|v| {
+                let state = if changed(v) && take[find(&mut parent, v as u32) as usize] {
+                    over[v]
+                } else {
+                    fits[v]
+                };
+                state == State::Held
+            })
+            .collect(),
+    )
+}
+
+/// The range of `log(lambda)` worth trying: prices per held byte spanning the graph's cost
+/// per byte, with margins. `None` when no op has both a cost and bytes.
+fn log_prices(view: &GraphView) -> Option<(f64, f64)> {
+    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
+    for node in view.nodes() {
+        if node.bytes > 0 && node.cost > 0.0 {
+            let price = node.cost / node.bytes as f64;
+            lo = lo.min(price);
+            hi = hi.max(price);
+        }
+    }
+    lo.is_finite()
+        .then(|| ((lo / 1e3).ln(), (hi * 1e3 * view.len().max(1) as f64).ln()))
+}
+
+/// What the relaxation does with a value when the forward pass ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Neither held nor needed.
+    Absent,
+    /// Held.
+    Held,
+    /// Replayed (its inputs are available).
+    Replayed,
+}
+
+/// Bisection steps of [`held_at_forward_end`].
+const HELD_SEARCH_STEPS: usize = 16;
+
 /// The closure problem of NOTE \[recompute-bound\] for one view: per node, an "available"
 /// vertex (held, or replayed when forced to Recompute) and, when the node may be replayed,
 /// a "replayed" vertex.
@@ -102,6 +239,8 @@ struct Closure<'v> {
     view: &'v GraphView,
     /// Whether some backward step reads the value.
     read: Vec<bool>,
+    /// Arcs the flows examined so far.
+    work: core::cell::Cell<u64>,
 }
 
 impl<'v> Closure<'v> {
@@ -112,12 +251,22 @@ impl<'v> Closure<'v> {
                 read[v as usize] = true;
             }
         }
-        Self { view, read }
+        Self {
+            view,
+            read,
+            work: core::cell::Cell::new(0),
+        }
     }
 
     /// `min cost(P) + lambda * bytes(H)` over the closure's feasible sets: a max-weight
     /// closure, solved as a min cut.
     fn min_objective(&self, lambda: f64) -> f64 {
+        self.solve(lambda).0
+    }
+
+    /// [`Self::min_objective`] and the sets that attain it: what becomes of each value
+    /// when the forward pass ends (from the source side of the minimum cut).
+    fn solve(&self, lambda: f64) -> (f64, Vec<State>) {
         let nodes = self.view.nodes();
         let n = nodes.len();
         // Vertices: source 0, sink 1, available(v) = 2 + v, replayed(v) = 2 + n + v.
@@ -163,7 +312,23 @@ impl<'v> Closure<'v> {
             }
         }
         // Max closure weight = positive - cut; the objective is its negation.
-        flow.max_flow(source, sink) - positive
+        let objective = flow.max_flow(source, sink) - positive;
+        self.work.set(self.work.get() + flow.work);
+        // The closure is what the source still reaches: a value is held when it is
+        // available there and not replayed.
+        let side = flow.source_side(source);
+        let state = (0..n)
+            .map(|v| {
+                if !side[avail(v)] {
+                    State::Absent
+                } else if side[replayed(v)] || nodes[v].forced == Some(Forced::Recompute) {
+                    State::Replayed
+                } else {
+                    State::Held
+                }
+            })
+            .collect();
+        (objective, state)
     }
 }
 
@@ -173,6 +338,8 @@ struct Flow {
     arcs: Vec<Vec<u32>>,
     to: Vec<u32>,
     cap: Vec<f64>,
+    /// Arcs examined so far (the planner's work count).
+    work: u64,
 }
 
 impl Flow {
@@ -181,6 +348,7 @@ impl Flow {
             arcs: vec![Vec::new(); vertices],
             to: Vec::new(),
             cap: Vec::new(),
+            work: 0,
         }
     }
 
@@ -192,6 +360,24 @@ impl Flow {
         self.arcs[b].push(self.to.len() as u32);
         self.to.push(a as u32);
         self.cap.push(0.0);
+    }
+
+    /// The vertices the source reaches through arcs with room (after [`Self::max_flow`]:
+    /// the source side of a minimum cut).
+    fn source_side(&self, source: usize) -> Vec<bool> {
+        let mut seen = vec![false; self.arcs.len()];
+        seen[source] = true;
+        let mut stack = vec![source];
+        while let Some(v) = stack.pop() {
+            for &arc in &self.arcs[v] {
+                let w = self.to[arc as usize] as usize;
+                if self.cap[arc as usize] > 1e-9 && !seen[w] {
+                    seen[w] = true;
+                    stack.push(w);
+                }
+            }
+        }
+        seen
     }
 
     fn max_flow(&mut self, source: usize, sink: usize) -> f64 {
@@ -211,6 +397,7 @@ impl Flow {
             while head < queue.len() {
                 let v = queue[head];
                 head += 1;
+                self.work += self.arcs[v].len() as u64;
                 for &arc in &self.arcs[v] {
                     let w = self.to[arc as usize] as usize;
                     if self.cap[arc as usize] > eps && level[w] == u32::MAX {
@@ -237,6 +424,7 @@ impl Flow {
                     }
                     let mut advanced = false;
                     while next[v] < self.arcs[v].len() {
+                        self.work += 1;
                         let arc = self.arcs[v][next[v]] as usize;
                         let w = self.to[arc] as usize;
                         if self.cap[arc] > eps && level[w] == level[v] + 1 {

@@ -114,6 +114,8 @@ pub(crate) struct Exec<'a> {
     free_release: bool,
     /// NOTE [decisions]: the number of options of each decision so far (planned runs).
     decisions: Vec<u8>,
+    /// `Hints::keep`.
+    keep: Option<Arc<[bool]>>,
 }
 
 /// What NOTE [pin-release] changes when it drops a pinned value.
@@ -157,6 +159,9 @@ pub(crate) struct Hints {
     /// NOTE [pin-release] without the weight condition (the guarantee may be lost: planned
     /// runs only, with the lean schedule as the fallback).
     pub(crate) free_release: bool,
+    /// The rebuildable values the forward pass keeps (all others are dropped when they could
+    /// be kept): the lower bound's held set (`bound::held_at_forward_end`).
+    pub(crate) keep: Option<Arc<[bool]>>,
 }
 
 /// NOTE [decisions]: a planned run records each choice it makes: whether the forward pass
@@ -251,6 +256,7 @@ impl<'a> Exec<'a> {
             choices: Vec::new(),
             free_release: false,
             decisions: Vec::new(),
+            keep: None,
         }
     }
 
@@ -583,6 +589,9 @@ impl<'a> Exec<'a> {
         if self.strategy == Strategy::Lean {
             return false;
         }
+        if let Some(keep) = &self.keep {
+            return keep[u as usize];
+        }
         let read_by_a_step = match &self.analysis {
             Some(a) if self.planned => !a.read_positions[u as usize].is_empty(),
             _ => self.reads_known[u as usize] > 0,
@@ -607,6 +616,7 @@ impl<'a> Exec<'a> {
         self.late_keep = hints.late_keep;
         self.choices = hints.choices.clone();
         self.free_release = hints.free_release;
+        self.keep = hints.keep.clone();
     }
 
     /// The error for a budget that cannot hold what must be held now plus `needed` bytes.
