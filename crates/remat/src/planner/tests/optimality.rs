@@ -218,7 +218,9 @@ fn recorded_models_plan_close_to_the_recompute_bound() {
     // The bound is fractional (a knapsack's relaxation): at a loose budget where one op's
     // replay decides, the plan's integral cost can pass 1.2x the bound by up to one op's
     // cost (transformer at 90%: the bound replays 5/8 of an 8 MiB value, the plan all of
-    // it). Measured: at 90/75/50/30%, transformer 1.39/1.20/1.16/1.13x the bound, mlp
+    // it). Measured: at 90/75/50/30%, transformer 1.39/1.20/1.05/1.09x the bound (1.16 and
+    // 1.13x at 50 and 30% before the bound-guided run, NOTE [bound-guided] in `plan.rs`: its
+    // plans there are certified within 10% of the optimum, which the bound cannot pass), mlp
     // 1.02/1.06/1.13/1.07x, convnet 1.43/1.14/1.00/2.04x (30% is near its smallest budget,
     // where the bound, blind to the backward pass, is loose).
     let mut report = String::new();
@@ -240,6 +242,9 @@ fn recorded_models_plan_close_to_the_recompute_bound() {
             report += &format!("{name} {percent}%: {ratio:.3} ({planned:.0} / {bound:.0} ns)\n");
             if percent >= 50 && planned > 1.2 * bound + largest {
                 over.push(format!("{name} {percent}%"));
+            }
+            if name == "transformer" && percent <= 50 && planned > 1.1 * bound {
+                over.push(format!("{name} {percent}%: not within 10% of the optimum"));
             }
         }
     }
