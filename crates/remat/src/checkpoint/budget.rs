@@ -651,20 +651,25 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     // When this thread's session recorded exactly the pass's ops, its nodes are the view:
     // they carry the forward pass's measured times and marks, and match the plan the step
     // may have followed (the pass's own description agrees with them on everything else).
+    // When it recorded the pass's first ops and the rest came under another policy (a
+    // forward pass under `with_policy(Budget(..))` and the loss outside it, say), the plan
+    // the step followed still applies: its view was this pass's, and the signature and the
+    // held values are checked below.
     let (session_view, follow) = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
             return (None, None);
         };
-        let aligned = session.ids.len() == by_id.len()
+        let prefix = session.ids.len() <= by_id.len()
             && by_id
                 .iter()
                 .zip(&session.ids)
                 .all(|(&k, id)| entries[k].1.id == *id);
+        let aligned = prefix && session.ids.len() == by_id.len();
         let follow = session.follow.take();
         (
             aligned.then(|| session.nodes.clone()),
-            follow.filter(|_| aligned),
+            follow.filter(|_| prefix),
         )
     });
     if let Some(session_nodes) = session_view {
@@ -989,12 +994,26 @@ pub(crate) fn carry_out(
         match action {
             Action::Replay(v) => {
                 // The `Free`s right after a replay are the values it read last: they leave
-                // before its output arrives, as the planner counts them. (A `Free` of the
+                // before its output arrives, as the planner counts them; the replay's last
+                // read of each takes it (NOTE [hand-over] in `graph/node.rs`: the op owns
+                // it and may work in place, as in the forward pass). (A `Free` of the
                 // replayed value itself comes after it is stored.)
+                let replaying = node(v);
+                let handed: SmallVec<[u64; 4]> = frees
+                    .iter()
+                    .map(|a| {
+                        let u = node(a.node());
+                        match replaying.replay_reads_of(u.id()) {
+                            0 => 0,
+                            _ if a.node() == v => 0,
+                            reads => u.scheduled_hand_over(reads),
+                        }
+                    })
+                    .collect();
                 let mut freed = 0;
-                let bytes = node(v).scheduled_replay(&mut || {
-                    for a in frees.iter().filter(|a| a.node() != v) {
-                        freed += node(a.node()).scheduled_free();
+                let bytes = replaying.scheduled_replay(&mut || {
+                    for (a, handed) in frees.iter().zip(&handed).filter(|(a, _)| a.node() != v) {
+                        freed += node(a.node()).scheduled_free().max(*handed);
                     }
                 });
                 if frees.iter().any(|a| a.node() == v) {

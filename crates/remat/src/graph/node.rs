@@ -413,9 +413,13 @@ pub(crate) trait GraphNode: Send + Sync {
     /// How many reads this node's step makes of `producer`'s value (its own id: the output).
     fn step_reads_of(&self, producer: NodeId) -> u32;
 
-    /// NOTE [hand-over]: the schedule frees this held value right after a step that reads it
-    /// `reads` times: the last of those reads takes the value instead of a clone, so the
-    /// step owns it (an inner kernel may then work in place) and it leaves at its last use.
+    /// How many reads a replay of this node's op makes of `producer`'s value.
+    fn replay_reads_of(&self, producer: NodeId) -> u32;
+
+    /// NOTE [hand-over]: the schedule frees this held value right after a step (or a replay)
+    /// that reads it `reads` times: the last of those reads takes the value instead of a
+    /// clone, so the step owns it (an inner kernel may then work in place) and it leaves at
+    /// its last use.
     /// Returns the bytes the value counts for; the `Free` that follows finds it gone.
     fn scheduled_hand_over(&self, reads: u32) -> u64;
 
@@ -665,6 +669,16 @@ impl<B: Backend> GraphNode for Node<B> {
             })
             .count() as u32;
         inputs + u32::from(op.reads.output && producer == self.id)
+    }
+
+    fn replay_reads_of(&self, producer: NodeId) -> u32 {
+        let state = self.lock();
+        let Some(op) = &state.op else {
+            return 0;
+        };
+        op.replay_inputs()
+            .filter(|input| input.producer().is_some_and(|p| p.id == producer))
+            .count() as u32
     }
 
     fn scheduled_hand_over(&self, reads: u32) -> u64 {

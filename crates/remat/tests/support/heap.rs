@@ -15,6 +15,7 @@ pub struct Heap;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
+static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
 
 thread_local! {
     static MEASURED: Cell<bool> = const { Cell::new(false) };
@@ -24,6 +25,9 @@ fn account(bytes: isize) {
     if MEASURED.try_with(Cell::get).unwrap_or(false) {
         let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
         PEAK.fetch_max(live, Ordering::Relaxed);
+        if bytes > 0 {
+            ALLOCATED.fetch_add(bytes, Ordering::Relaxed);
+        }
     }
 }
 
@@ -56,6 +60,12 @@ pub fn set_measured(on: bool) -> bool {
 /// Bytes the measured threads hold.
 pub fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Bytes the measured threads allocated so far (never decreases).
+#[allow(dead_code)]
+pub fn allocated() -> isize {
+    ALLOCATED.load(Ordering::Relaxed)
 }
 
 /// The most [`live`] bytes since the last [`reset_peak`].
