@@ -999,17 +999,15 @@ pub(crate) fn carry_out(
                 // it and may work in place, as in the forward pass). (A `Free` of the
                 // replayed value itself comes after it is stored.)
                 let replaying = node(v);
-                let handed: SmallVec<[u64; 4]> = frees
-                    .iter()
-                    .map(|a| {
-                        let u = node(a.node());
-                        match replaying.replay_reads_of(u.id()) {
-                            0 => 0,
-                            _ if a.node() == v => 0,
-                            reads => u.scheduled_hand_over(reads),
-                        }
-                    })
-                    .collect();
+                let handed = hand_over(frees, |a| {
+                    let u = node(a);
+                    let reads = if a == v {
+                        0
+                    } else {
+                        replaying.replay_reads_of(u.id())
+                    };
+                    (u, reads)
+                });
                 let mut freed = 0;
                 let bytes = replaying.scheduled_replay(&mut || {
                     for (a, handed) in frees.iter().zip(&handed).filter(|(a, _)| a.node() != v) {
@@ -1028,16 +1026,10 @@ pub(crate) fn carry_out(
                 // at their last read (the step owns them); the `Free`s that follow count
                 // them out.
                 let stepping = node(v);
-                let handed: SmallVec<[u64; 4]> = frees
-                    .iter()
-                    .map(|a| {
-                        let u = node(a.node());
-                        match stepping.step_reads_of(u.id()) {
-                            0 => 0,
-                            reads => u.scheduled_hand_over(reads),
-                        }
-                    })
-                    .collect();
+                let handed = hand_over(frees, |a| {
+                    let u = node(a);
+                    (u, stepping.step_reads_of(u.id()))
+                });
                 *held = held.saturating_sub(stepping.scheduled_step(grads));
                 for (a, handed) in frees.iter().zip(handed) {
                     let freed = node(a.node()).scheduled_free();
@@ -1049,6 +1041,23 @@ pub(crate) fn carry_out(
         }
     }
     check(*held);
+}
+
+/// NOTE [hand-over] in `graph/node.rs`: `frees` follow an op (a step or a replay); `reads`
+/// gives each freed value's node and how many times the op reads it. The op's last read of
+/// each value it reads takes it; returns the bytes each value hands over (0 where the op
+/// does not read it), for the held count.
+fn hand_over<'n>(
+    frees: &[Action],
+    reads: impl Fn(u32) -> (&'n Arc<dyn GraphNode>, u32),
+) -> SmallVec<[u64; 4]> {
+    frees
+        .iter()
+        .map(|a| match reads(a.node()) {
+            (_, 0) => 0,
+            (u, reads) => u.scheduled_hand_over(reads),
+        })
+        .collect()
 }
 
 /// After a backward pass: the thread's session forgets consumed nodes.

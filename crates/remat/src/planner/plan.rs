@@ -234,7 +234,7 @@ pub(crate) fn plan_with(
         // transformer at 50% of its bytes 1.16x -> 1.05x. It costs up to 18 flows on the
         // bound's network (under a tenth of a second at 5000 ops); past 20,000 ops it is
         // left out.
-        let guide = if tier.guided {
+        let guide = if tier.guided && best.cost() != Some(0.0) {
             let (keep, work) = bound::held_at_forward_end(view, budget);
             best.work.units += work;
             keep
