@@ -720,9 +720,16 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     };
     let mut outside = outside_bytes(&index, false);
     let mut room = budget.saturating_sub(outside);
-    if outside > 0 && attempt_under(room, &held).is_err() {
-        outside = outside_bytes(&index, true);
-        room = budget.saturating_sub(outside);
+    // The online plan within what they leave, made once: it also says whether that is enough.
+    let mut within_outside = None;
+    if outside > 0 {
+        match attempt_under(room, &held) {
+            Ok(per_node) => within_outside = Some(per_node),
+            Err(_) => {
+                outside = outside_bytes(&index, true);
+                room = budget.saturating_sub(outside);
+            }
+        }
     }
     let budget = room;
     let attempt = |held: &[u32]| attempt_under(budget, held);
@@ -763,7 +770,22 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         // this state; the online plan is abandoned once it replays more.
         let resumed = planner::revolve::resume(&view, held, budget);
         let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-        let schedule = match (attempt_within(budget, held, limit), resumed) {
+        let attempt = match within_outside {
+            // Made above for this state and this budget, without a limit.
+            Some(per_node) => {
+                let replayed: f64 = per_node
+                    .iter()
+                    .flatten()
+                    .filter_map(|a| match *a {
+                        Action::Replay(v) => Some(nodes[v as usize].cost),
+                        _ => None,
+                    })
+                    .sum();
+                Ok((replayed <= limit).then_some(per_node))
+            }
+            None => attempt_within(budget, held, limit),
+        };
+        let schedule = match (attempt, resumed) {
             (Ok(Some(per_node)), _) => return Ok(per_node),
             (Err(error), None) => return Err(error),
             (Ok(None), None) => unreachable!("only a limit abandons a plan"),
