@@ -964,3 +964,63 @@ fn a_smaller_budget_never_drops_a_value_that_cannot_be_rebuilt() {
     });
     assert_eq!(got, reference);
 }
+
+/// `x -> 2x` whose retro-forward is slow (3 ms), as a custom op's replay may be.
+#[derive(Debug)]
+struct SlowRetroDouble {
+    input: NodeId,
+}
+
+impl RetroForward for SlowRetroDouble {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let x: FloatTensor<Flex> = states.get_state(&self.input);
+        states.save(out_node, Flex::float_mul_scalar(x, 2.0f64.into()));
+    }
+}
+
+fn slow_double(x: T) -> T {
+    let retro = SlowRetroDouble {
+        input: x.node().id(),
+    };
+    let out = Flex::float_mul_scalar(x.primitive.clone(), 2.0f64.into());
+    <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
+        .memory_bound()
+        .retro_forward(retro)
+        .parents([&x])
+        .stateless(out)
+}
+
+/// NOTE [replay-times] in `checkpoint/cost.rs`: the planner weighs a replay by what replays of
+/// its kind took, where it timed some. `sum(exp(slow_double(x) * sin(x)))` under a budget
+/// that holds two of its three values: one of the multiplication's inputs is rebuilt. The
+/// custom op looks cheap (its forward is the caller's, untimed; its cost is estimated) but
+/// its replay sleeps 3 ms: the first step (online) replays it, and the plan made after that
+/// step rebuilds `sin(x)` instead. The plan used to rebuild the custom op's output every
+/// step (planned before the first step's replays ran, from forward times only).
+#[test]
+fn the_plan_weighs_a_replay_by_what_replays_of_its_kind_took() {
+    let _s = serial();
+    let x = leaf(&[0.5; 1000]);
+    let value = 8000u64;
+    let step = |budget: u64| {
+        remat::reset_stats();
+        let y = remat::with_policy(Policy::Budget(budget), || {
+            let a = slow_double(x.clone());
+            let b = A::float_sin(x.clone());
+            A::float_sum(A::float_exp(A::float_mul(a, b)))
+        });
+        let grads = A::backward(y);
+        assert!(A::grad(&x, &grads).is_some());
+        remat::stats().replays_by_op
+    };
+    // The first step runs online: the custom op looks cheapest to rebuild, and its replay is
+    // timed. The plan made after it rebuilds `sin(x)`, which the next steps follow.
+    let first = step(2 * value);
+    assert_eq!(first.get("custom"), Some(&1), "{first:?}");
+    for _ in 0..2 {
+        let replays = step(2 * value);
+        assert_eq!(replays.get("custom"), None, "{replays:?}");
+        assert_eq!(replays.get("sin"), Some(&1), "{replays:?}");
+    }
+}

@@ -47,6 +47,7 @@ use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
 use smallvec::SmallVec;
 
+use crate::checkpoint::cost;
 use crate::checkpoint::policy::Cost;
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, ScheduleEntry, Slot};
 use crate::planner::{
@@ -676,6 +677,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         nodes = session_nodes;
     }
     smooth_costs(&mut nodes);
+    with_replay_times(&mut nodes);
     let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
         panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
     });
@@ -864,20 +866,39 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         }
     }
     LAST_BUDGET.store(full_budget, Ordering::Relaxed);
-    // Plan the next steps of this graph once (planned mode); they follow the plan from
-    // their first op.
+    // Plan the next steps of this graph once (planned mode; they follow the plan from their
+    // first op), after this pass: its replays are timed by then (NOTE [replay-times]).
     let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
-    if !cached && let Ok(schedule) = planner::plan(&view, full_budget) {
-        PLANS.with(|plans| {
-            plans
-                .borrow_mut()
-                .insert(view.clone(), full_budget, schedule)
-        });
-    }
-    let view = Arc::new(view);
-    THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
-    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+    PENDING.with(|p| {
+        *p.borrow_mut() = Some(Pending {
+            view,
+            budget: full_budget,
+            plan: !cached,
+        })
+    });
     (per_node, held_bytes, budget)
+}
+
+/// NOTE [replay-times] in `cost.rs`: each kind's cost is what its replays took, where some
+/// were timed.
+fn with_replay_times(nodes: &mut [planner::Node]) {
+    for node in nodes {
+        if let Some(ns) = cost::replay_time(node.name, node.bytes) {
+            node.cost = ns;
+        }
+    }
+}
+
+/// A pass's view, kept until the pass ends: then it is planned for the next steps (when
+/// `plan`) and kept for [`tradeoff`].
+struct Pending {
+    view: GraphView,
+    budget: u64,
+    plan: bool,
+}
+
+thread_local! {
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
 /// A whole-step schedule's backward cut into the pass's per-node chunks: the actions before
@@ -1031,11 +1052,22 @@ pub(crate) fn carry_out(
                     (u, reads)
                 });
                 let mut freed = 0;
-                let bytes = replaying.scheduled_replay(&mut || {
-                    for (a, handed) in frees.iter().zip(&handed).filter(|(a, _)| a.node() != v) {
-                        freed += node(a.node()).scheduled_free().max(*handed);
-                    }
-                });
+                // NOTE [replay-times] in `cost.rs`: the first replays of each kind are timed.
+                let name = replaying.name();
+                let kind_bytes = replaying.evicted_bytes().unwrap_or(0);
+                let synced = cost::replay_wanted(name, kind_bytes);
+                let (bytes, ns) = replaying.scheduled_replay(
+                    &mut || {
+                        for (a, handed) in frees.iter().zip(&handed).filter(|(a, _)| a.node() != v)
+                        {
+                            freed += node(a.node()).scheduled_free().max(*handed);
+                        }
+                    },
+                    synced,
+                );
+                if synced && let Some(ns) = ns {
+                    cost::record_replay(name, kind_bytes, ns);
+                }
                 if frees.iter().any(|a| a.node() == v) {
                     freed += node(v).scheduled_free();
                 }
@@ -1084,6 +1116,24 @@ fn hand_over<'n>(
 
 /// After a backward pass: the thread's session forgets consumed nodes.
 pub(crate) fn after_pass() {
+    if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
+        let mut nodes = pending.view.nodes().to_vec();
+        with_replay_times(&mut nodes);
+        let view = GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
+            .unwrap_or(pending.view);
+        if pending.plan
+            && let Ok(schedule) = planner::plan(&view, pending.budget)
+        {
+            PLANS.with(|plans| {
+                plans
+                    .borrow_mut()
+                    .insert(view.clone(), pending.budget, schedule)
+            });
+        }
+        let view = Arc::new(view);
+        THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
+        *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+    }
     SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         if let Some(session) = cell.as_mut() {

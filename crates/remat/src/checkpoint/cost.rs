@@ -13,6 +13,16 @@
 //! A thread remembers at most [`MAX_KINDS`] kinds (a model whose shapes vary step to step
 //! makes new kinds): past that, the table starts over.
 //!
+//! NOTE [replay-times]: a replay does not always cost its op's forward time. On NdArray, whose
+//! softmax and layer norm are several passes over their input, a replay in backward took 3x
+//! and 7x the time the forward pass measured (the input is cold there, and hot in the
+//! forward pass; Flex's fused kernels: 1.1x), and a custom op's replay runs its
+//! `retro_forward`, which may cost anything. So replays under a budget are timed too, the
+//! same way (between two syncs, the first [`SAMPLES`] per kind: the op's name and output
+//! bytes, as the planner's view tells ops apart), and where a kind has replay samples their
+//! median is the planner's cost for it: the plan made after the first step (which replays
+//! online) weighs what a replay really costs.
+//!
 //! # Invariants
 //! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it.
 
@@ -89,4 +99,43 @@ pub(crate) fn timed<D, T>(
         }
     });
     (out, ns)
+}
+
+thread_local! {
+    static REPLAYS: RefCell<HashMap<(&'static str, u64), Vec<f64>>> = RefCell::new(HashMap::new());
+}
+
+/// Whether the next replay of `name` with `bytes` of output is to be timed between syncs
+/// (NOTE [replay-times]): while the kind has fewer than [`SAMPLES`] samples.
+pub(crate) fn replay_wanted(name: &'static str, bytes: u64) -> bool {
+    REPLAYS.with(|r| {
+        r.borrow()
+            .get(&(name, bytes))
+            .is_none_or(|s| s.len() < SAMPLES)
+    })
+}
+
+/// Records a timed replay of `name` with `bytes` of output.
+pub(crate) fn record_replay(name: &'static str, bytes: u64, ns: f64) {
+    REPLAYS.with(|r| {
+        let mut replays = r.borrow_mut();
+        if replays.len() >= MAX_KINDS && !replays.contains_key(&(name, bytes)) {
+            replays.clear();
+        }
+        let samples = replays.entry((name, bytes)).or_default();
+        if samples.len() < SAMPLES {
+            samples.push(ns);
+        }
+    });
+}
+
+/// The median of the kind's timed replays, if it has any (NOTE [replay-times]).
+pub(crate) fn replay_time(name: &'static str, bytes: u64) -> Option<f64> {
+    REPLAYS.with(|r| {
+        let replays = r.borrow();
+        let samples = replays.get(&(name, bytes)).filter(|s| !s.is_empty())?;
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        Some(sorted[sorted.len() / 2])
+    })
 }

@@ -399,8 +399,9 @@ pub(crate) trait GraphNode: Send + Sync {
 
     /// Scheduled `Replay`: rebuilds the value from held inputs, runs `before_store` once the
     /// op has run (the schedule frees there the inputs it read last), stores the value;
-    /// returns its bytes.
-    fn scheduled_replay(&self, before_store: &mut dyn FnMut()) -> u64;
+    /// returns its bytes and the time the op's forward took (`None` when nothing was
+    /// replayed), timed between two syncs of the device when `synced`.
+    fn scheduled_replay(&self, before_store: &mut dyn FnMut(), synced: bool) -> (u64, Option<f64>);
 
     /// Scheduled `Free` (or, in the forward pass, an eviction): drops the held value, which
     /// stays rebuildable while the op can still be replayed; returns the bytes dropped.
@@ -646,13 +647,14 @@ impl<B: Backend> GraphNode for Node<B> {
         })
     }
 
-    fn scheduled_replay(&self, before_store: &mut dyn FnMut()) -> u64 {
-        retrieve::replay_then(self, before_store);
-        match &self.lock().slot {
+    fn scheduled_replay(&self, before_store: &mut dyn FnMut(), synced: bool) -> (u64, Option<f64>) {
+        let ns = retrieve::replay_then(self, before_store, synced);
+        let bytes = match &self.lock().slot {
             // A view of leaves is the user's memory (`KeepReason::Leaf`), not the budget's.
             Slot::Stored(kept) if !self.placement.leaf_view => kept.bytes(),
             _ => 0,
-        }
+        };
+        (bytes, ns)
     }
 
     fn step_reads_of(&self, producer: NodeId) -> u32 {

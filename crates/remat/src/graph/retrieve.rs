@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use burn_backend::{Backend, tensor::FloatTensor};
+use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
 use super::op::Values;
 use super::{IdBuildHasher, Input, Kept, Node, NodeId, Slot};
@@ -211,16 +211,23 @@ fn push_evicted_producers<B: Backend>(node: &Node<B>, stack: &mut Vec<(Arc<Node<
 /// nothing else reads its op meanwhile. If the replay panics, the op is dropped on the way
 /// out and the node (consumed) is freed with its graph.
 pub(crate) fn replay<B: Backend>(node: &Node<B>) {
-    replay_then(node, &mut || {});
+    replay_then(node, &mut || {}, false);
 }
 
 /// Like [`replay`], running `before_store` between the op's forward and the storing of its
 /// output (a schedule frees there the inputs the replay read last: NOTE \[budget\]).
-pub(crate) fn replay_then<B: Backend>(node: &Node<B>, before_store: &mut dyn FnMut()) {
+/// Returns the time the op's forward took (ns), or `None` when the value was held (nothing
+/// replayed); with `synced`, the forward is timed between two `Backend::sync`s (NOTE
+/// [replay-times] in `checkpoint/cost.rs`).
+pub(crate) fn replay_then<B: Backend>(
+    node: &Node<B>,
+    before_store: &mut dyn FnMut(),
+    synced: bool,
+) -> Option<f64> {
     let (signature, op) = {
         let mut state = node.lock();
         let Slot::Evicted(signature) = &state.slot else {
-            return;
+            return None;
         };
         let signature = signature.clone();
         let op = state.op.take().unwrap_or_else(|| {
@@ -234,7 +241,16 @@ pub(crate) fn replay_then<B: Backend>(node: &Node<B>, before_store: &mut dyn FnM
     let values: Values<B> = op.replay_inputs().map(read_input).collect();
     #[cfg(feature = "tracing")]
     tracing::trace!(node = %node.id, op = node.name, "remat: replay");
+    // Advisory syncs: a failed computation surfaces at the next read.
+    if synced && let Some(first) = values.first() {
+        let _ = B::sync(&first.device());
+    }
+    let start = std::time::Instant::now();
     let value = op.rule.forward(values);
+    if synced {
+        let _ = B::sync(&value.device());
+    }
+    let ns = start.elapsed().as_nanos() as f64;
     signature.check::<B>(&value, node.name);
     stats::on_replay(node.name);
     before_store();
@@ -247,4 +263,5 @@ pub(crate) fn replay_then<B: Backend>(node: &Node<B>, before_store: &mut dyn FnM
         KeepReason::Rebuilt
     };
     state.slot = Slot::Stored(Kept::new(value, reason, node.name));
+    Some(ns)
 }
