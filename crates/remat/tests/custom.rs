@@ -127,6 +127,14 @@ fn double<C: CheckpointStrategy>(x: AutodiffTensor<Flex>) -> AutodiffTensor<Flex
     let retro = RetroDouble {
         input: x.node().id(),
     };
+    double_with::<C>(x, retro)
+}
+
+/// [`Double`] on `x`, memory-bound, replayed through `retro`.
+fn double_with<C: CheckpointStrategy>(
+    x: AutodiffTensor<Flex>,
+    retro: impl RetroForward,
+) -> AutodiffTensor<Flex> {
     let out = Flex::float_mul_scalar(x.primitive.clone(), 2.0f64.into());
     <Double as Backward<Flex, 1>>::prepare::<C>(Double, [x.node()])
         .memory_bound()
@@ -692,12 +700,7 @@ impl Drop for CountedRetro {
 /// `2x`, memory-bound; its node's freeing is counted in [`COUNTED_DROPS`].
 fn counted_double(x: T) -> T {
     let retro = CountedRetro(RetroDouble { input: x.id() });
-    let out = Flex::float_mul_scalar(x.primitive.clone(), 2.0f64.into());
-    <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
-        .memory_bound()
-        .retro_forward(retro)
-        .parents([&x])
-        .stateless(out)
+    double_with::<NoCheckpointing>(x, retro)
 }
 
 /// `x -> x` whose backward panics after it consumed its gradient and read its checkpoint.
@@ -965,30 +968,21 @@ fn a_smaller_budget_never_drops_a_value_that_cannot_be_rebuilt() {
     assert_eq!(got, reference);
 }
 
-/// `x -> 2x` whose retro-forward is slow (3 ms), as a custom op's replay may be.
+/// [`RetroDouble`], slow (3 ms), as a custom op's replay may be.
 #[derive(Debug)]
-struct SlowRetroDouble {
-    input: NodeId,
-}
+struct SlowRetro(RetroDouble);
 
-impl RetroForward for SlowRetroDouble {
+impl RetroForward for SlowRetro {
     fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
         std::thread::sleep(std::time::Duration::from_millis(3));
-        let x: FloatTensor<Flex> = states.get_state(&self.input);
-        states.save(out_node, Flex::float_mul_scalar(x, 2.0f64.into()));
+        self.0.forward(states, out_node);
     }
 }
 
+/// `2x`, memory-bound, with a slow replay.
 fn slow_double(x: T) -> T {
-    let retro = SlowRetroDouble {
-        input: x.node().id(),
-    };
-    let out = Flex::float_mul_scalar(x.primitive.clone(), 2.0f64.into());
-    <Double as Backward<Flex, 1>>::prepare::<NoCheckpointing>(Double, [x.node()])
-        .memory_bound()
-        .retro_forward(retro)
-        .parents([&x])
-        .stateless(out)
+    let retro = SlowRetro(RetroDouble { input: x.id() });
+    double_with::<NoCheckpointing>(x, retro)
 }
 
 /// NOTE [replay-times] in `checkpoint/cost.rs`: the planner weighs a replay by what replays of

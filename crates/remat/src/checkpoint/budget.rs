@@ -572,7 +572,8 @@ pub(crate) fn pass_budget(order: &[Arc<dyn GraphNode>]) -> Option<u64> {
 /// Replaces each measured op time by the mean over the ops of the same name and output size:
 /// one op's time is noisy (a few hundred nanoseconds of timer and cache effects), and equal
 /// ops planned with unequal costs lose the structure the planner exploits (Revolve's optimum
-/// for a chain of equal ops).
+/// for a chain of equal ops). Where replays of such a kind were timed, their median is its
+/// cost instead (NOTE [replay-times] in `cost.rs`). Idempotent.
 fn smooth_costs(nodes: &mut [planner::Node]) {
     let mut sums: HashMap<(&'static str, u64), (f64, u32)> = HashMap::new();
     for node in nodes.iter() {
@@ -580,10 +581,27 @@ fn smooth_costs(nodes: &mut [planner::Node]) {
         entry.0 += node.cost;
         entry.1 += 1;
     }
+    let costs: HashMap<(&'static str, u64), f64> = sums
+        .into_iter()
+        .map(|((name, bytes), (sum, n))| {
+            let cost = cost::replay_time(name, bytes).unwrap_or(sum / f64::from(n));
+            ((name, bytes), cost)
+        })
+        .collect();
     for node in nodes.iter_mut() {
-        let (sum, n) = sums[&(node.name, node.bytes)];
-        node.cost = sum / f64::from(n);
+        node.cost = costs[&(node.name, node.bytes)];
     }
+}
+
+/// The replay time of `actions`' `Replay`s, at the nodes' costs.
+fn replay_cost(nodes: &[planner::Node], actions: &[Action]) -> f64 {
+    actions
+        .iter()
+        .filter_map(|a| match *a {
+            Action::Replay(v) => Some(nodes[v as usize].cost),
+            _ => None,
+        })
+        .sum()
 }
 
 /// The last backward pass's view under a budget, for [`tradeoff`].
@@ -677,7 +695,6 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         nodes = session_nodes;
     }
     smooth_costs(&mut nodes);
-    with_replay_times(&mut nodes);
     let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
         panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
     });
@@ -775,14 +792,7 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
         let attempt = match within_outside {
             // Made above for this state and this budget, without a limit.
             Some(per_node) => {
-                let replayed: f64 = per_node
-                    .iter()
-                    .flatten()
-                    .filter_map(|a| match *a {
-                        Action::Replay(v) => Some(nodes[v as usize].cost),
-                        _ => None,
-                    })
-                    .sum();
+                let replayed: f64 = per_node.iter().map(|a| replay_cost(&nodes, a)).sum();
                 Ok((replayed <= limit).then_some(per_node))
             }
             None => attempt_within(budget, held, limit),
@@ -874,27 +884,20 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
             view,
             budget: full_budget,
             plan: !cached,
+            samples: cost::replay_samples(),
         })
     });
     (per_node, held_bytes, budget)
 }
 
-/// NOTE [replay-times] in `cost.rs`: each kind's cost is what its replays took, where some
-/// were timed.
-fn with_replay_times(nodes: &mut [planner::Node]) {
-    for node in nodes {
-        if let Some(ns) = cost::replay_time(node.name, node.bytes) {
-            node.cost = ns;
-        }
-    }
-}
-
 /// A pass's view, kept until the pass ends: then it is planned for the next steps (when
-/// `plan`) and kept for [`tradeoff`].
+/// `plan`) and kept for [`tradeoff`]; its costs are brought up to date first if the pass
+/// timed replays (`cost::replay_samples` passed `samples`).
 struct Pending {
     view: GraphView,
     budget: u64,
     plan: bool,
+    samples: u64,
 }
 
 thread_local! {
@@ -948,11 +951,7 @@ fn attempt_plan(
     let mut replayed = 0.0;
     for (pos, _) in entries {
         pending.extend_from_slice(dtr.on_step()?);
-        for action in &pending {
-            if let Action::Replay(v) = *action {
-                replayed += nodes[v as usize].cost;
-            }
-        }
+        replayed += replay_cost(nodes, &pending);
         if replayed > limit {
             return Ok(None);
         }
@@ -1117,10 +1116,14 @@ fn hand_over<'n>(
 /// After a backward pass: the thread's session forgets consumed nodes.
 pub(crate) fn after_pass() {
     if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
-        let mut nodes = pending.view.nodes().to_vec();
-        with_replay_times(&mut nodes);
-        let view = GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
-            .unwrap_or(pending.view);
+        let view = if cost::replay_samples() == pending.samples {
+            pending.view
+        } else {
+            let mut nodes = pending.view.nodes().to_vec();
+            smooth_costs(&mut nodes);
+            GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
+                .unwrap_or(pending.view)
+        };
         if pending.plan
             && let Ok(schedule) = planner::plan(&view, pending.budget)
         {

@@ -103,6 +103,14 @@ pub(crate) fn timed<D, T>(
 
 thread_local! {
     static REPLAYS: RefCell<HashMap<(&'static str, u64), Vec<f64>>> = RefCell::new(HashMap::new());
+    /// Replay samples this thread recorded, ever.
+    static REPLAY_SAMPLES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// How many replay samples this thread recorded so far: unchanged, no kind's replay time
+/// changed.
+pub(crate) fn replay_samples() -> u64 {
+    REPLAY_SAMPLES.with(core::cell::Cell::get)
 }
 
 /// Whether the next replay of `name` with `bytes` of output is to be timed between syncs
@@ -125,6 +133,7 @@ pub(crate) fn record_replay(name: &'static str, bytes: u64, ns: f64) {
         let samples = replays.entry((name, bytes)).or_default();
         if samples.len() < SAMPLES {
             samples.push(ns);
+            REPLAY_SAMPLES.with(|n| n.set(n.get() + 1));
         }
     });
 }
