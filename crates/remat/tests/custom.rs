@@ -1018,3 +1018,130 @@ fn the_plan_weighs_a_replay_by_what_replays_of_its_kind_took() {
         assert_eq!(replays.get("sin"), Some(&1), "{replays:?}");
     }
 }
+
+/// `x -> 2x`, stateless, whose backward runs a backward pass of its own: the gradient of a
+/// small graph recorded there under a budget (user code in a backward step may do so).
+#[derive(Debug)]
+struct NestedPass;
+
+impl Backward<Flex, 1> for NestedPass {
+    type State = ();
+
+    fn backward(self, ops: Ops<(), 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let z = leaf(&[0.25; 16]);
+        let inner = remat::with_policy(Policy::Budget(u64::MAX), || {
+            A::float_sum(A::float_exp(A::float_sin(z.clone())))
+        });
+        let inner_grads = A::backward(inner);
+        assert!(A::grad(&z, &inner_grads).is_some());
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            Flex::float_mul_scalar(grad, 2.0f64.into())
+        });
+    }
+}
+
+/// A budget's plan for the next steps is made when its backward pass ends, from the pass's
+/// own view, even when a backward pass ran inside it (a custom op's backward here): the
+/// inner pass used to take over the outer one's view, so the outer graph was never planned
+/// (every step ran online) and `tradeoff()` described the inner graph.
+#[test]
+fn a_backward_pass_inside_another_leaves_the_outer_ones_plan() {
+    let _s = serial();
+    let x = leaf(&[0.5; 1000]);
+    let value = 8000u64;
+    let budget = 5 * value;
+    let run = || {
+        let mut y = x.clone();
+        for i in 0..40 {
+            y = if i == 20 {
+                let out = Flex::float_mul_scalar(y.primitive.clone(), 2.0f64.into());
+                <NestedPass as Backward<Flex, 1>>::prepare::<NoCheckpointing>(
+                    NestedPass,
+                    [y.node()],
+                )
+                .compute_bound()
+                .stateless(out)
+            } else if i % 2 == 0 {
+                A::float_sin(y)
+            } else {
+                A::float_exp(A::float_mul_scalar(y, 0.5f64.into()))
+            };
+        }
+        A::float_sum(y)
+    };
+    let reference = remat::with_policy(Policy::SaveAll, || {
+        values(A::grad(&x, &A::backward(run())).unwrap())
+    });
+    let mut replays = Vec::new();
+    for step in 0..3 {
+        remat::reset_stats();
+        let y = remat::with_policy(Policy::Budget(budget), run);
+        let grads = A::backward(y);
+        assert_eq!(
+            values(A::grad(&x, &grads).unwrap()),
+            reference,
+            "step {step}"
+        );
+        let stats = remat::stats();
+        assert!(stats.peak_bytes <= budget, "step {step}: {stats:?}");
+        replays.push(stats.replays);
+        if step == 0 {
+            let view = remat::tradeoff().expect("a budget step ran").view;
+            assert!(
+                view.len() > 40,
+                "the outer graph's view: {} ops",
+                view.len()
+            );
+            let plan = remat::planner::plan(&view, budget).unwrap();
+            let planned = remat::planner::simulate(&view, &plan, budget).unwrap();
+            replays.push(planned.total_replays);
+        }
+    }
+    // [first step, the plan's, second step, third step]
+    assert_ne!(
+        replays[0], replays[1],
+        "the online pass and the plan differ: {replays:?}"
+    );
+    assert_eq!(replays[2], replays[1], "{replays:?}");
+    assert_eq!(replays[3], replays[1], "{replays:?}");
+}
+
+/// A backward pass under a budget that panics midway (a custom op's backward fails) still
+/// leaves its graph's view for `tradeoff()` (it used to leave none), and remat stays usable.
+#[test]
+fn a_panicked_budget_pass_leaves_its_view() {
+    let _s = serial();
+    let baseline = remat::stats().live_bytes;
+    let x = leaf(&[0.5, -0.25, 0.75]);
+    let loss = remat::with_policy(Policy::Budget(u64::MAX), || {
+        let s = A::float_tanh(A::float_sin(x.clone()));
+        let guard = s.node();
+        let out = s.primitive().clone();
+        let c = match FailingBackward
+            .prepare::<NoCheckpointing>([guard])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let id = prep.checkpoint(&s);
+                prep.finish(id, out)
+            }
+            OpsKind::UnTracked(_) => unreachable!("s is tracked"),
+        };
+        A::float_sum(A::float_exp(c))
+    });
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| A::backward(loss)));
+    assert!(caught.is_err());
+    let view = remat::tradeoff().expect("the pass left its view").view;
+    let names: Vec<&str> = view.nodes().iter().map(|n| n.name).collect();
+    assert_eq!(names.len(), 5, "{names:?}");
+    assert!(names.contains(&"tanh"), "{names:?}");
+    drop(x);
+    assert_recovered("a budget's backward", baseline);
+    // The next step under the budget plans and runs as usual.
+    let y = leaf(&[0.5, -0.25, 0.75]);
+    let loss = remat::with_policy(Policy::Budget(u64::MAX), || {
+        A::float_sum(A::float_exp(A::float_sin(y.clone())))
+    });
+    assert!(A::grad(&y, &A::backward(loss)).is_some());
+}

@@ -609,11 +609,15 @@ static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
 
 /// A backward pass planned and run under `budget` (NOTE \[budget\]): returns, for each node
 /// of `order`, the actions to carry out before finishing it (in `order`'s order; empty for
-/// leaves), and the bytes held when the pass starts.
+/// leaves), the bytes held when the pass starts, the budget the pass runs within, and the
+/// pass's view, for [`after_pass`].
 ///
 /// # Panics
 /// When the graph cannot fit the budget, before anything ran.
-pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<Action>>, u64, u64) {
+pub(crate) fn plan_pass(
+    order: &[Arc<dyn GraphNode>],
+    budget: u64,
+) -> (Vec<Vec<Action>>, u64, u64, Pending) {
     let full_budget = budget;
     let entries: Vec<(usize, ScheduleEntry)> = order
         .iter()
@@ -879,29 +883,24 @@ pub(crate) fn plan_pass(order: &[Arc<dyn GraphNode>], budget: u64) -> (Vec<Vec<A
     // Plan the next steps of this graph once (planned mode; they follow the plan from their
     // first op), after this pass: its replays are timed by then (NOTE [replay-times]).
     let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
-    PENDING.with(|p| {
-        *p.borrow_mut() = Some(Pending {
-            view,
-            budget: full_budget,
-            plan: !cached,
-            samples: cost::replay_samples(),
-        })
-    });
-    (per_node, held_bytes, budget)
+    let pending = Pending {
+        view,
+        budget: full_budget,
+        plan: !cached,
+        samples: cost::replay_samples(),
+    };
+    (per_node, held_bytes, budget, pending)
 }
 
-/// A pass's view, kept until the pass ends: then it is planned for the next steps (when
-/// `plan`) and kept for [`tradeoff`]; its costs are brought up to date first if the pass
-/// timed replays (`cost::replay_samples` passed `samples`).
-struct Pending {
+/// A pass's view, kept by the pass until it ends ([`after_pass`]): then it is planned for
+/// the next steps (when `plan`) and kept for [`tradeoff`]; its costs are brought up to date
+/// first if the pass timed replays (`cost::replay_samples` passed `samples`). The pass owns
+/// it: a backward pass run inside another one (in a custom op's backward, say) has its own.
+pub(crate) struct Pending {
     view: GraphView,
     budget: u64,
     plan: bool,
     samples: u64,
-}
-
-thread_local! {
-    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
 /// A whole-step schedule's backward cut into the pass's per-node chunks: the actions before
@@ -1113,9 +1112,14 @@ fn hand_over<'n>(
         .collect()
 }
 
-/// After a backward pass: the thread's session forgets consumed nodes.
-pub(crate) fn after_pass() {
-    if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
+/// After a backward pass: its graph is planned for the next steps and its view kept for
+/// [`tradeoff`] (`pending`), and the thread's session forgets consumed nodes.
+///
+/// A pass that panicked midway (a custom op's backward, say) passes `completed: false`: its
+/// view is still kept for [`tradeoff`], but nothing is planned (the planner does not run
+/// while a panic unwinds; the next pass plans the graph).
+pub(crate) fn after_pass(pending: Pending, completed: bool) {
+    {
         let view = if cost::replay_samples() == pending.samples {
             pending.view
         } else {
@@ -1124,7 +1128,8 @@ pub(crate) fn after_pass() {
             GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
                 .unwrap_or(pending.view)
         };
-        if pending.plan
+        if completed
+            && pending.plan
             && let Ok(schedule) = planner::plan(&view, pending.budget)
         {
             PLANS.with(|plans| {
@@ -1136,6 +1141,9 @@ pub(crate) fn after_pass() {
         let view = Arc::new(view);
         THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
         *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+    }
+    if !completed {
+        return;
     }
     SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();

@@ -21,16 +21,31 @@ use crate::planner::Action;
 pub(crate) fn schedule(order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn ScheduledPass>> {
     let budget = budget::pass_budget(order)?;
     // The pass plans within what other live graphs under a budget leave of it.
-    let (plan, held, budget) = budget::plan_pass(order, budget);
-    Some(Box::new(BudgetPass { budget, plan, held }))
+    let (plan, held, budget, pending) = budget::plan_pass(order, budget);
+    Some(Box::new(BudgetPass {
+        budget,
+        plan,
+        held,
+        pending: Some(pending),
+    }))
 }
 
 /// A pass planned under `budget`: the actions to run before each node of the order is
-/// finished, and the bytes the schedule holds.
+/// finished, the bytes the schedule holds, and the pass's view until it ends.
 struct BudgetPass {
     budget: u64,
     plan: Vec<Vec<Action>>,
     held: u64,
+    pending: Option<budget::Pending>,
+}
+
+impl Drop for BudgetPass {
+    /// A pass that panicked midway still leaves its view for `tradeoff()`.
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            budget::after_pass(pending, false);
+        }
+    }
 }
 
 impl ScheduledPass for BudgetPass {
@@ -44,6 +59,8 @@ impl ScheduledPass for BudgetPass {
     }
 
     fn after_pass(&mut self) {
-        budget::after_pass();
+        if let Some(pending) = self.pending.take() {
+            budget::after_pass(pending, true);
+        }
     }
 }
