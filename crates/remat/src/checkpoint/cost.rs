@@ -13,11 +13,12 @@
 //! A thread remembers at most [`MAX_KINDS`] kinds (a model whose shapes vary step to step
 //! makes new kinds): past that, the table starts over.
 //!
-//! NOTE [replay-times]: a replay does not always cost its op's forward time. On NdArray, whose
-//! softmax and layer norm are several passes over their input, a replay in backward took 3x
-//! and 7x the time the forward pass measured (the input is cold there, and hot in the
-//! forward pass; Flex's fused kernels: 1.1x), and a custom op's replay runs its
-//! `retro_forward`, which may cost anything. So replays under a budget are timed too, the
+//! NOTE [replay-times]: a replay does not always cost its op's forward time. A custom op's
+//! replay runs its `retro_forward`, which may cost anything; and a replay that cannot take
+//! its input runs out of place where the forward op ran in place (on NdArray, whose softmax
+//! and layer norm are several passes over their input, replays took 3x and 7x the forward
+//! pass's times before replays took the inputs they read last, NOTE \[hand-over\] in
+//! `budget.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So replays under a budget are timed too, the
 //! same way (between two syncs, the first [`SAMPLES`] per kind: the op's name and output
 //! bytes, as the planner's view tells ops apart), and where a kind has replay samples their
 //! median is the planner's cost for it: the plan made after the first step (which replays
