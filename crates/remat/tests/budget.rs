@@ -456,3 +456,51 @@ fn a_step_whose_loss_is_outside_the_budget_follows_its_plan() {
     assert_eq!(replays[2], replays[1], "{replays:?}");
     assert_eq!(replays[3], replays[1], "{replays:?}");
 }
+
+/// A step whose backward pass runs on another thread than its forward pass (the loss moved
+/// to a worker thread): the held bytes stay within the budget through both threads' work,
+/// the gradients are SaveAll's and nothing is left held.
+///
+/// FIXME [per-thread-plans]: the session, the plan cache and the measured op times belong
+/// to the recording thread, so such a step follows no plan: the backward thread plans online
+/// on estimated costs and caches its plan where the recording thread never looks (measured:
+/// 69 replays a step here, where the plan followed on one thread makes 30). This pins
+/// today's behaviour; flip the last assertion when plans travel with the graph
+/// (ARCHITECTURE.md, "A byte budget", "Threads").
+#[test]
+fn a_backward_on_another_thread_stays_within_the_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let budget = 5 * VALUE;
+    let x = leaf(LEN);
+    let reference = remat::with_policy(Policy::SaveAll, || gradient(&x, sin_exp(&x, 30)));
+    // On one thread: online, then planned.
+    let mut planned = 0;
+    for step in 0..3 {
+        remat::reset_stats();
+        let g = remat::with_policy(Policy::Budget(budget), || gradient(&x, sin_exp(&x, 30)));
+        assert_eq!(g, reference, "one thread, step {step}");
+        planned = remat::stats().replays;
+    }
+    for step in 0..3 {
+        remat::reset_stats();
+        let y = remat::with_policy(Policy::Budget(budget), || sin_exp(&x, 30));
+        let leaf = x.clone();
+        let g = std::thread::spawn(move || gradient(&leaf, y))
+            .join()
+            .expect("the backward thread panicked");
+        let s = remat::stats();
+        assert_eq!(g, reference, "two threads, step {step}");
+        assert!(
+            s.peak_bytes <= budget,
+            "two threads, step {step}: held {} over the budget {budget}",
+            s.peak_bytes
+        );
+        assert_eq!(s.live_bytes, 0, "two threads, step {step}: left held");
+        assert!(
+            s.replays > planned,
+            "FIXME [per-thread-plans] fixed? step {step}: {} replays, {planned} planned on one \
+             thread: make this an equality and update ARCHITECTURE.md",
+            s.replays
+        );
+    }
+}
