@@ -229,3 +229,46 @@ fn a_budget_syncs_to_time_an_op_only_for_its_first_runs() {
     .join()
     .unwrap();
 }
+
+/// NOTE [op-times]: op times are per inner backend. A thread that timed an op's kind on one
+/// backend times it again on another (the same ops on `Flex` and on `Counting<Flex>` here;
+/// in a user's process, a CPU and a GPU backend): the second backend's first budget step
+/// syncs 2 x 5 times again. They shared one table, so a process running two backends (the
+/// benchmark's Flex and NdArray) planned the second with the first one's op times.
+#[test]
+fn op_times_are_kept_per_inner_backend() {
+    use support::counting::syncs;
+    type P = Autodiff<Flex>;
+    std::thread::spawn(|| {
+        let flex_step = || {
+            let x = P::float_set_require_grad(
+                P::float_from_data(
+                    TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
+                    &Default::default(),
+                ),
+                true,
+            );
+            let y = (0..6).fold(x.clone(), |y, _| P::float_sin(y));
+            let grads = P::backward(P::float_sum(y));
+            assert!(P::grad(&x, &grads).is_some());
+        };
+        // Every kind of the step timed 5 times on Flex.
+        for _ in 0..5 {
+            remat::with_policy(Policy::Budget(u64::MAX), flex_step);
+        }
+        reset_calls();
+        remat::with_policy(Policy::Budget(u64::MAX), || {
+            let x = leaf(&[0.1, 0.2, 0.3, 0.4]);
+            let y = (0..6).fold(x.clone(), |y, _| C::float_sin(y));
+            let grads = C::backward(C::float_sum(y));
+            assert!(C::grad(&x, &grads).is_some());
+        });
+        assert_eq!(
+            syncs(),
+            2 * (5 + 1),
+            "the same ops on another backend are timed anew"
+        );
+    })
+    .join()
+    .unwrap();
+}

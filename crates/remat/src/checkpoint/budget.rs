@@ -38,6 +38,7 @@
 //! - The session's memory is bounded by the live graph: nodes that died or were consumed are
 //!   dropped from it when it doubles (and after every backward pass).
 
+use std::any::TypeId;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -573,8 +574,9 @@ pub(crate) fn pass_budget(order: &[Arc<dyn GraphNode>]) -> Option<u64> {
 /// one op's time is noisy (a few hundred nanoseconds of timer and cache effects), and equal
 /// ops planned with unequal costs lose the structure the planner exploits (Revolve's optimum
 /// for a chain of equal ops). Where replays of such a kind were timed, their median is its
-/// cost instead (NOTE [replay-times] in `cost.rs`). Idempotent.
-fn smooth_costs(nodes: &mut [planner::Node]) {
+/// cost instead (NOTE [replay-times] in `cost.rs`), when the pass ran on one inner backend
+/// (`backend`; a pass spanning backends keeps the means). Idempotent.
+fn smooth_costs(nodes: &mut [planner::Node], backend: Option<TypeId>) {
     let mut sums: HashMap<(&'static str, u64), (f64, u32)> = HashMap::new();
     for node in nodes.iter() {
         let entry = sums.entry((node.name, node.bytes)).or_insert((0.0, 0));
@@ -584,7 +586,8 @@ fn smooth_costs(nodes: &mut [planner::Node]) {
     let costs: HashMap<(&'static str, u64), f64> = sums
         .into_iter()
         .map(|((name, bytes), (sum, n))| {
-            let cost = cost::replay_time(name, bytes).unwrap_or(sum / f64::from(n));
+            let replayed = backend.and_then(|b| cost::replay_time((b, name, bytes)));
+            let cost = replayed.unwrap_or(sum / f64::from(n));
             ((name, bytes), cost)
         })
         .collect();
@@ -698,7 +701,12 @@ pub(crate) fn plan_pass(
     if let Some(session_nodes) = session_view {
         nodes = session_nodes;
     }
-    smooth_costs(&mut nodes);
+    // The pass's inner backend, when it has one (a graph may span backends: NOTE
+    // [op-times] in `cost.rs`, replay times are per backend).
+    let mut backends = order.iter().map(|n| n.backend());
+    let first = backends.next();
+    let backend = first.filter(|&b| backends.all(|other| other == b));
+    smooth_costs(&mut nodes, backend);
     let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
         panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
     });
@@ -885,6 +893,7 @@ pub(crate) fn plan_pass(
     let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
     let pending = Pending {
         view,
+        backend,
         budget: full_budget,
         plan: !cached,
         samples: cost::replay_samples(),
@@ -898,6 +907,8 @@ pub(crate) fn plan_pass(
 /// it: a backward pass run inside another one (in a custom op's backward, say) has its own.
 pub(crate) struct Pending {
     view: GraphView,
+    /// The pass's inner backend, when it ran on one.
+    backend: Option<TypeId>,
     budget: u64,
     plan: bool,
     samples: u64,
@@ -1051,9 +1062,12 @@ pub(crate) fn carry_out(
                 });
                 let mut freed = 0;
                 // NOTE [replay-times] in `cost.rs`: the first replays of each kind are timed.
-                let name = replaying.name();
-                let kind_bytes = replaying.evicted_bytes().unwrap_or(0);
-                let synced = cost::replay_wanted(name, kind_bytes);
+                let kind = (
+                    replaying.backend(),
+                    replaying.name(),
+                    replaying.evicted_bytes().unwrap_or(0),
+                );
+                let synced = cost::replay_wanted(kind);
                 let (bytes, ns) = replaying.scheduled_replay(
                     &mut || {
                         for (a, handed) in frees.iter().zip(&handed).filter(|(a, _)| a.node() != v)
@@ -1064,7 +1078,7 @@ pub(crate) fn carry_out(
                     synced,
                 );
                 if synced && let Some(ns) = ns {
-                    cost::record_replay(name, kind_bytes, ns);
+                    cost::record_replay(kind, ns);
                 }
                 if frees.iter().any(|a| a.node() == v) {
                     freed += node(v).scheduled_free();
@@ -1124,7 +1138,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
             pending.view
         } else {
             let mut nodes = pending.view.nodes().to_vec();
-            smooth_costs(&mut nodes);
+            smooth_costs(&mut nodes, pending.backend);
             GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
                 .unwrap_or(pending.view)
         };

@@ -5,8 +5,8 @@
 //! only its launch: every op would look equally cheap, and the planner would rebuild a
 //! matmul as readily as an addition. So an op recorded under a budget is timed between two
 //! `Backend::sync` calls (free on a synchronous CPU backend), but only for its first
-//! [`SAMPLES`] runs per kind (the op's name, the bytes and count of its inputs) on the
-//! thread; afterwards its time is the median of those samples and no sync is made. A
+//! [`SAMPLES`] runs per kind (the inner backend, the op's name, the bytes and count of its
+//! inputs) on the thread; afterwards its time is the median of those samples and no sync is made. A
 //! training loop therefore syncs only in its first step(s), and a recurring op costs the
 //! same in every view (equal ops must look equal for Revolve's path).
 //!
@@ -19,7 +19,7 @@
 //! and layer norm are several passes over their input, replays took 3x and 7x the forward
 //! pass's times before replays took the inputs they read last, NOTE \[hand-over\] in
 //! `budget.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So replays under a budget are timed too, the
-//! same way (between two syncs, the first [`SAMPLES`] per kind: the op's name and output
+//! same way (between two syncs, the first [`SAMPLES`] per kind: the inner backend, the op's name and output
 //! bytes, as the planner's view tells ops apart), and where a kind has replay samples their
 //! median is the planner's cost for it: the plan made after the first step (which replays
 //! online) weighs what a replay really costs.
@@ -27,6 +27,7 @@
 //! # Invariants
 //! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it.
 
+use std::any::TypeId;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -36,23 +37,36 @@ pub(crate) const SAMPLES: usize = 5;
 /// Kinds a thread remembers (a few hundred bytes each).
 pub(crate) const MAX_KINDS: usize = 4096;
 
-/// What identifies a kind of op before it runs.
+/// What identifies a kind of op before it runs: the inner backend too, since one process
+/// may run the same ops on backends of very different speeds (a CPU and a GPU backend, or
+/// the benchmark's Flex and NdArray, whose softmax differ 1.7x).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Kind {
+    backend: TypeId,
     name: &'static str,
     input_bytes: u64,
     inputs: u32,
 }
 
 impl Kind {
-    pub(crate) fn new(name: &'static str, input_bytes: u64, inputs: usize) -> Self {
+    pub(crate) fn new(
+        backend: TypeId,
+        name: &'static str,
+        input_bytes: u64,
+        inputs: usize,
+    ) -> Self {
         Self {
+            backend,
             name,
             input_bytes,
             inputs: inputs as u32,
         }
     }
 }
+
+/// What identifies a kind of replay: the inner backend, the op's name and its output bytes
+/// (as the planner's view tells ops apart).
+pub(crate) type ReplayKind = (TypeId, &'static str, u64);
 
 /// The samples of one kind, and their median once there are [`SAMPLES`].
 #[derive(Default)]
@@ -103,7 +117,7 @@ pub(crate) fn timed<D, T>(
 }
 
 thread_local! {
-    static REPLAYS: RefCell<HashMap<(&'static str, u64), Vec<f64>>> = RefCell::new(HashMap::new());
+    static REPLAYS: RefCell<HashMap<ReplayKind, Vec<f64>>> = RefCell::new(HashMap::new());
     /// Replay samples this thread recorded, ever.
     static REPLAY_SAMPLES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
@@ -114,24 +128,20 @@ pub(crate) fn replay_samples() -> u64 {
     REPLAY_SAMPLES.with(core::cell::Cell::get)
 }
 
-/// Whether the next replay of `name` with `bytes` of output is to be timed between syncs
-/// (NOTE [replay-times]): while the kind has fewer than [`SAMPLES`] samples.
-pub(crate) fn replay_wanted(name: &'static str, bytes: u64) -> bool {
-    REPLAYS.with(|r| {
-        r.borrow()
-            .get(&(name, bytes))
-            .is_none_or(|s| s.len() < SAMPLES)
-    })
+/// Whether the next replay of this kind is to be timed between syncs (NOTE
+/// [replay-times]): while the kind has fewer than [`SAMPLES`] samples.
+pub(crate) fn replay_wanted(kind: ReplayKind) -> bool {
+    REPLAYS.with(|r| r.borrow().get(&kind).is_none_or(|s| s.len() < SAMPLES))
 }
 
-/// Records a timed replay of `name` with `bytes` of output.
-pub(crate) fn record_replay(name: &'static str, bytes: u64, ns: f64) {
+/// Records a timed replay of this kind.
+pub(crate) fn record_replay(kind: ReplayKind, ns: f64) {
     REPLAYS.with(|r| {
         let mut replays = r.borrow_mut();
-        if replays.len() >= MAX_KINDS && !replays.contains_key(&(name, bytes)) {
+        if replays.len() >= MAX_KINDS && !replays.contains_key(&kind) {
             replays.clear();
         }
-        let samples = replays.entry((name, bytes)).or_default();
+        let samples = replays.entry(kind).or_default();
         if samples.len() < SAMPLES {
             samples.push(ns);
             REPLAY_SAMPLES.with(|n| n.set(n.get() + 1));
@@ -140,10 +150,10 @@ pub(crate) fn record_replay(name: &'static str, bytes: u64, ns: f64) {
 }
 
 /// The median of the kind's timed replays, if it has any (NOTE [replay-times]).
-pub(crate) fn replay_time(name: &'static str, bytes: u64) -> Option<f64> {
+pub(crate) fn replay_time(kind: ReplayKind) -> Option<f64> {
     REPLAYS.with(|r| {
         let replays = r.borrow();
-        let samples = replays.get(&(name, bytes)).filter(|s| !s.is_empty())?;
+        let samples = replays.get(&kind).filter(|s| !s.is_empty())?;
         let mut sorted = samples.clone();
         sorted.sort_by(f64::total_cmp);
         Some(sorted[sorted.len() / 2])

@@ -211,6 +211,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
             // Measured for the budget's planner (NOTE [budget]): a replay costs as much.
             // Timed between syncs for its first runs (NOTE [op-times] in checkpoint/cost.rs).
             let kind = cost::Kind::new(
+                core::any::TypeId::of::<B>(),
                 info.name,
                 values.iter().map(|v| bytes::<B>(v) as u64).sum(),
                 values.len(),
