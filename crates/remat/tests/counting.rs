@@ -199,12 +199,7 @@ fn a_step_without_gradient_replays_nothing() {
 #[test]
 fn a_budget_syncs_to_time_an_op_only_for_its_first_runs() {
     use support::counting::syncs;
-    let step = || {
-        let x = leaf(&[0.1, 0.2, 0.3, 0.4]);
-        let y = (0..6).fold(x.clone(), |y, _| C::float_sin(y));
-        let grads = C::backward(C::float_sum(y));
-        assert!(C::grad(&x, &grads).is_some());
-    };
+    let step = sin_step::<C>;
     std::thread::spawn(move || {
         reset_calls();
         remat::with_policy(Policy::SaveAll, step);
@@ -240,29 +235,12 @@ fn op_times_are_kept_per_inner_backend() {
     use support::counting::syncs;
     type P = Autodiff<Flex>;
     std::thread::spawn(|| {
-        let flex_step = || {
-            let x = P::float_set_require_grad(
-                P::float_from_data(
-                    TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
-                    &Default::default(),
-                ),
-                true,
-            );
-            let y = (0..6).fold(x.clone(), |y, _| P::float_sin(y));
-            let grads = P::backward(P::float_sum(y));
-            assert!(P::grad(&x, &grads).is_some());
-        };
         // Every kind of the step timed 5 times on Flex.
         for _ in 0..5 {
-            remat::with_policy(Policy::Budget(u64::MAX), flex_step);
+            remat::with_policy(Policy::Budget(u64::MAX), sin_step::<P>);
         }
         reset_calls();
-        remat::with_policy(Policy::Budget(u64::MAX), || {
-            let x = leaf(&[0.1, 0.2, 0.3, 0.4]);
-            let y = (0..6).fold(x.clone(), |y, _| C::float_sin(y));
-            let grads = C::backward(C::float_sum(y));
-            assert!(C::grad(&x, &grads).is_some());
-        });
+        remat::with_policy(Policy::Budget(u64::MAX), sin_step::<C>);
         assert_eq!(
             syncs(),
             2 * (5 + 1),
@@ -271,4 +249,18 @@ fn op_times_are_kept_per_inner_backend() {
     })
     .join()
     .unwrap();
+}
+
+/// A 6-op step of one kind (`sin` on a 4-element leaf) and its backward pass, on `B`.
+fn sin_step<B: AutodiffBackend>() {
+    let x = B::float_set_require_grad(
+        B::float_from_data(
+            TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
+            &Default::default(),
+        ),
+        true,
+    );
+    let y = (0..6).fold(x.clone(), |y, _| B::float_sin(y));
+    let grads = B::backward(B::float_sum(y));
+    assert!(B::grad(&x, &grads).is_some());
 }

@@ -6,9 +6,9 @@
 //! matmul as readily as an addition. So an op recorded under a budget is timed between two
 //! `Backend::sync` calls (free on a synchronous CPU backend), but only for its first
 //! [`SAMPLES`] runs per kind (the inner backend, the op's name, the bytes and count of its
-//! inputs) on the thread; afterwards its time is the median of those samples and no sync is made. A
-//! training loop therefore syncs only in its first step(s), and a recurring op costs the
-//! same in every view (equal ops must look equal for Revolve's path).
+//! inputs) on the thread; afterwards its time is the median of those samples and no sync
+//! is made. A training loop therefore syncs only in its first step(s), and a recurring op
+//! costs the same in every view (equal ops must look equal for Revolve's path).
 //!
 //! A thread remembers at most [`MAX_KINDS`] kinds (a model whose shapes vary step to step
 //! makes new kinds): past that, the table starts over.
@@ -18,11 +18,12 @@
 //! its input runs out of place where the forward op ran in place (on NdArray, whose softmax
 //! and layer norm are several passes over their input, replays took 3x and 7x the forward
 //! pass's times before replays took the inputs they read last, NOTE \[hand-over\] in
-//! `budget.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So replays under a budget are timed too, the
-//! same way (between two syncs, the first [`SAMPLES`] per kind: the inner backend, the op's name and output
-//! bytes, as the planner's view tells ops apart), and where a kind has replay samples their
-//! median is the planner's cost for it: the plan made after the first step (which replays
-//! online) weighs what a replay really costs.
+//! `budget.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So
+//! replays under a budget are timed too, the same way (between two syncs, the first
+//! [`SAMPLES`] per kind: the inner backend, the op's name and output bytes, as the planner's
+//! view tells ops apart), and where a kind has replay samples their median is the planner's
+//! cost for it: the plan made after the first step (which replays online) weighs what a
+//! replay really costs.
 //!
 //! # Invariants
 //! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it.
@@ -39,7 +40,7 @@ pub(crate) const MAX_KINDS: usize = 4096;
 
 /// What identifies a kind of op before it runs: the inner backend too, since one process
 /// may run the same ops on backends of very different speeds (a CPU and a GPU backend, or
-/// the benchmark's Flex and NdArray, whose softmax differ 1.7x).
+/// the benchmark's Flex and NdArray, whose softmax differ 1.5-1.9x).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Kind {
     backend: TypeId,
