@@ -799,7 +799,14 @@ pub(crate) fn plan_pass(
     let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
         // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
         // this state; the online plan is abandoned once it replays more.
+        // NOTE [rotor] in `planner/rotor.rs`: on a chain of blocks, the chain's DP from
+        // this state with the held values dropped, when it replays less.
         let resumed = planner::revolve::resume(&view, held, budget);
+        let chain = planner::rotor::resume(&view, held, budget);
+        let resumed = match (resumed, chain) {
+            (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
+            (r, c) => r.or(c),
+        };
         let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
         let attempt = match within_outside {
             // Made above for this state and this budget, without a limit.
@@ -839,39 +846,58 @@ pub(crate) fn plan_pass(
                     pinned.push(v);
                 }
             }
-            attempt(&pinned).unwrap_or_else(|_| {
-                // Name a budget this engine runs from the lean state: the planner's smallest
-                // (a guarantee for its own schedules) if that works, else the smallest that
-                // does, by bisection (planning only: nothing runs).
-                let mut low = planner::min_feasible_budget(&view).max(budget);
-                let mut high = view
-                    .nodes()
-                    .iter()
-                    .map(|n| n.bytes + n.fixed_bytes)
-                    .sum::<u64>()
-                    .max(low);
-                if attempt_under(low, &pinned).is_ok() {
-                    high = low;
-                } else {
-                    while high - low > 1 {
-                        let mid = low.midpoint(high);
-                        if attempt_under(mid, &pinned).is_ok() {
-                            high = mid;
-                        } else {
-                            low = mid;
+            let chain = || {
+                // A chain of blocks from the lean state (NOTE [rotor]): its smallest budget
+                // does not grow with the chain's length, the online eviction's does.
+                let (schedule, _) = planner::rotor::resume(&view, &pinned, budget)?;
+                let index = schedule.index();
+                Some(backward_chunks(
+                    schedule.actions(),
+                    &index,
+                    &entries,
+                    order.len(),
+                    true,
+                ))
+            };
+            attempt(&pinned)
+                .or_else(|e| chain().ok_or(e))
+                .unwrap_or_else(|_| {
+                    // Name a budget this engine runs from the lean state: the planner's smallest
+                    // (a guarantee for its own schedules) if that works, else the smallest that
+                    // does, by bisection (planning only: nothing runs).
+                    let works = |b: u64| {
+                        attempt_under(b, &pinned).is_ok()
+                            || planner::rotor::resume(&view, &pinned, b).is_some()
+                    };
+                    let mut low = planner::smallest_budget(&view).max(budget);
+                    let mut high = view
+                        .nodes()
+                        .iter()
+                        .map(|n| n.bytes + n.fixed_bytes)
+                        .sum::<u64>()
+                        .max(low);
+                    if works(low) {
+                        high = low;
+                    } else {
+                        while high - low > 1 {
+                            let mid = low.midpoint(high);
+                            if works(mid) {
+                                high = mid;
+                            } else {
+                                low = mid;
+                            }
                         }
                     }
-                }
-                too_small(
-                    full_budget,
-                    &planner::Error::Infeasible {
-                        budget_bytes: full_budget,
-                        min_budget_bytes: high + outside,
-                        lower_bound: false,
-                    },
-                    None,
-                )
-            })
+                    too_small(
+                        full_budget,
+                        &planner::Error::Infeasible {
+                            budget_bytes: full_budget,
+                            min_budget_bytes: high + outside,
+                            lower_bound: false,
+                        },
+                        None,
+                    )
+                })
         }
     };
     // Map view indices back to positions in `order`.

@@ -195,3 +195,16 @@ impl<'a> Bounds<'a> {
             .fold(self.forward_end, u64::max)
     }
 }
+
+/// The smallest budget the planner's own plans ([`plan`](super::plan)) run with: the lean
+/// schedule's ([`min_feasible_budget`]) or, on a view with chain structure (NOTE \[stages\]
+/// in `blocks.rs`), the lean chain schedule's, whichever is smaller. On a chain of blocks
+/// it does not grow with the chain's length: one boundary value and the largest block's own
+/// need, plus the constants.
+pub fn smallest_budget(view: &GraphView) -> u64 {
+    let lean = min_feasible_budget(view);
+    match super::rotor::stages_of(view) {
+        Some(stages) => lean.min(super::rotor::min_budget(view, &stages)),
+        None => lean,
+    }
+}

@@ -34,8 +34,14 @@
 //! - [`simulate`]: the one simulator. It checks a schedule and returns the peak, the
 //!   recompute cost, the replays per node and the held-bytes trace (one entry per keep and
 //!   free event): the engine's runtime statistics are meant to match it.
-//! - [`min_feasible_budget`]: the smallest budget the planner guarantees (NOTE
-//!   [lean-schedule] in `feasible.rs`): an upper bound on the true minimum, exact on chains.
+//! - [`min_feasible_budget`]: the smallest budget every generator meets (NOTE
+//!   [lean-schedule] in `feasible.rs`): an upper bound on the true minimum, exact on chains;
+//!   [`smallest_budget`]: the smallest budget [`plan`] meets, which on a chain of blocks
+//!   does not grow with the chain's length (NOTE \[rotor\] in `rotor.rs`).
+//! - Chain structure: the values that cut any view into consecutive stages (`blocks.rs`,
+//!   NOTE \[stages\]), planned as a heterogeneous chain by Rotor's dynamic program over
+//!   stages whose own plans come from the portfolio (`rotor.rs`, NOTE \[rotor\]); a chain
+//!   that repeats is solved by block counts (NOTE \[rotor-run\]), any length in one level.
 //! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);
 //!   [`Dtr`] (online eviction, event by event or over a whole view, and
 //!   [`Dtr::resume`] to take over a step a cached plan started); [`plan`] (planned mode for a
@@ -62,6 +68,7 @@
 //!   512 runs below; Revolve is O(n + replays).
 
 mod analysis;
+mod blocks;
 mod bound;
 mod cache;
 mod chain;
@@ -73,6 +80,7 @@ mod exec;
 mod feasible;
 mod plan;
 pub mod revolve;
+pub(crate) mod rotor;
 mod schedule;
 mod simulate;
 mod tradeoff;
@@ -86,7 +94,7 @@ pub use cache::{CachedPlan, PlanCache, SignatureHasher, same_structure, signatur
 pub use decisions::from_decisions;
 pub use dtr::Dtr;
 pub use error::Error;
-pub use feasible::min_feasible_budget;
+pub use feasible::{min_feasible_budget, smallest_budget};
 pub use plan::plan;
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use simulate::{HeldEvent, Outcome, simulate};

@@ -22,8 +22,13 @@ use std::sync::Arc;
 use super::analysis::Analysis;
 use super::exec::{self, Hints, Run, Strategy, Work};
 use super::{
-    Action, Error, GraphView, Schedule, bound, chain, exact, min_feasible_budget, revolve, simulate,
+    Action, Error, GraphView, Schedule, bound, chain, exact, revolve, rotor, simulate,
+    smallest_budget,
 };
+
+/// Past this many ops, a view planned as a chain of stages (NOTE \[rotor\]) skips the
+/// executor's portfolio (which runs one weighting there, seconds on such views).
+const CHAIN_ONLY_OPS: usize = 20_000;
 
 /// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
 /// larger values favour evicting what is read last.
@@ -191,8 +196,17 @@ pub(crate) fn plan_with(
             best.consider(schedule);
         }
     }
+    // A chain of stages (NOTE [rotor] in `rotor.rs`): the heterogeneous chain's optimum.
+    // On a large view it goes first, and its plan spares the portfolio; on a smaller one it
+    // goes last, when the portfolio's best still replays.
+    let large = view.len() > CHAIN_ONLY_OPS;
+    let mut chain_planned = false;
+    if large && !(uniform_costs && best.cost().is_some()) {
+        chain_planned = chain_run(&mut best);
+    }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
-    if !(uniform_costs && best.cost().is_some()) {
+    let chain_only = chain_planned && large;
+    if !(uniform_costs && best.cost().is_some()) && !chain_only {
         let analysis = Arc::new(Analysis::new(view));
         let tier = Tier::of(view);
         let strategies = tier
@@ -261,6 +275,9 @@ pub(crate) fn plan_with(
                 runs -= share - search(&mut best, &analysis, strategy, hints, share);
             }
         }
+        if !large && best.cost() != Some(0.0) {
+            chain_run(&mut best);
+        }
         if best.cost().is_none() {
             best.work.runs += 1;
             if let Ok((actions, _, _)) = exec::run(view, &analysis, Strategy::Lean, budget) {
@@ -272,10 +289,32 @@ pub(crate) fn plan_with(
         Some((_, _, schedule)) => Ok((schedule, best.work)),
         None => Err(Error::Infeasible {
             budget_bytes: budget,
-            min_budget_bytes: min_feasible_budget(view),
+            min_budget_bytes: smallest_budget(view),
             lower_bound: false,
         }),
     }
+}
+
+/// The chain's plan (NOTE \[rotor\] in `rotor.rs`), when the view has stages: the DP's
+/// schedule, or near the smallest budget (where the DP's units round the room away) the
+/// lean chain schedule. Returns whether it became the best.
+fn chain_run(best: &mut Best<'_>) -> bool {
+    let (view, budget) = (best.view, best.budget);
+    let Some(stages) = rotor::stages_of(view) else {
+        return false;
+    };
+    best.work.runs += 1;
+    let mut better = false;
+    if let Some(rotor) = rotor::Rotor::new(view, &stages, budget)
+        && let Some(schedule) = rotor.schedule()
+    {
+        best.work.units += schedule.len() as u64;
+        better = best.consider(schedule);
+    }
+    if best.cost().is_none() && budget >= rotor::min_budget(view, &stages) {
+        better = best.consider(rotor::lean_chain(view, &stages));
+    }
+    better
 }
 
 /// One executor run of the portfolio: its schedule is considered, and it may start a search.

@@ -74,6 +74,11 @@ impl Schedule {
         self.actions.is_empty()
     }
 
+    /// The actions, owned.
+    pub fn into_actions(self) -> Vec<Action> {
+        self.actions
+    }
+
     /// The number of replays of each node (`n` entries).
     pub fn replays(&self, n: usize) -> Vec<u32> {
         let mut replays = vec![0; n];

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::error::mib;
-use super::{GraphView, min_feasible_budget, plan, recompute_lower_bound, simulate};
+use super::{GraphView, plan, recompute_lower_bound, simulate, smallest_budget};
 
 /// One budget of the ladder and what the planner predicts for it.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +48,9 @@ pub struct Tradeoff {
     pub view: Arc<GraphView>,
 }
 
+/// The most forward passes a row's plan may replay on a long chain (see `tradeoff_shared`).
+const MAX_REPLAYED: f64 = 100.0;
+
 /// The fractions of the keep-all peak on the ladder, besides its two ends.
 const LADDER: [f64; 8] = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9, 1.0];
 
@@ -60,7 +63,7 @@ pub fn tradeoff(view: &GraphView) -> Tradeoff {
 /// [`tradeoff`] for a view already shared.
 pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
     let view = &*shared;
-    let min_budget = min_feasible_budget(view);
+    let min_budget = smallest_budget(view);
     let forward_cost = view.forward_cost();
     let keep_all = plan(view, u64::MAX)
         .ok()
@@ -75,9 +78,20 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
     );
     budgets.sort_unstable();
     budgets.dedup();
+    // On a long chain, a budget near the smallest replays the chain quadratically often
+    // (any schedule does): rows whose plan would replay more than `MAX_REPLAYED` forward
+    // passes are left out, as the chain's DP prices them before any schedule is made.
+    let stages = super::rotor::stages_of(view);
     let rows = budgets
         .into_iter()
         .filter_map(|budget| {
+            if let Some(stages) = &stages
+                && view.len() > super::rotor::LONG_CHAIN
+                && super::rotor::Rotor::new(view, stages, budget)
+                    .is_some_and(|r| r.cost() > MAX_REPLAYED * forward_cost)
+            {
+                return None;
+            }
             let schedule = plan(view, budget).ok()?;
             let outcome = simulate(view, &schedule, budget).ok()?;
             Some(TradeoffRow {

@@ -523,8 +523,9 @@ fn two_releases_that_pin_one_value_count_its_inputs_down_once() {
 
 #[test]
 fn planning_a_5000_op_graph_is_a_few_near_linear_runs() {
-    // 357 layers of 14 ops: 5000 nodes. Measured: 9 executor runs (8 of the portfolio, one
-    // guided by the bound, NOTE [bound-guided]), 3.9-6.1 million work units (candidates
+    // 357 layers of 14 ops: 5000 nodes. Measured: 10 runs (8 of the portfolio, one guided
+    // by the bound, NOTE [bound-guided], and the chain's DP over its 357 layers, NOTE
+    // [rotor]), 3.9-6.1 million work units (candidates
     // scored, closure nodes visited, actions written; about 2.8-3.8 million of them arcs of
     // the bound's flows), 0.09-0.18 s in release.
     let view = super::transformer(357);
@@ -534,7 +535,7 @@ fn planning_a_5000_op_graph_is_a_few_near_linear_runs() {
         let budget = (keep_all as f64 * share) as u64;
         let (schedule, work) = crate::planner::plan::plan_counted(&view, budget).unwrap();
         let outcome = simulate(&view, &schedule, budget).unwrap();
-        assert!(work.runs <= 9, "{work:?}");
+        assert!(work.runs <= 10, "{work:?}");
         assert!(work.units <= 1500 * view.len() as u64, "{work:?}");
         // Quality guard (measured: 0.11, 0.33 and 0.63 of a forward pass; 0.15, 0.37 and
         // 0.67 before the bound-guided run).

@@ -1,0 +1,1520 @@
+//! Optimal checkpointing of a chain of stages of different sizes and costs (NOTE [rotor]).
+//!
+//! NOTE [rotor]: after Beaumont, Eyraud-Dubois, Herrmann, Joly and Shilova, "Optimal
+//! checkpointing for heterogeneous chains: how to train deep neural networks with limited
+//! memory" (2019). A view with stages (NOTE \[stages\] in `blocks.rs`) is a chain: stage `k`
+//! reads only its input, the boundary of stage `k - 1`. With room `m` (memory units beyond
+//! what the caller holds and beyond the constants of the stages not stepped yet):
+//!
+//! ```text
+//! rev(s, t, m) = run the backward steps of stages t..s, the input of s held, nothing of
+//!                s..=t held, at the least replay cost. The cheapest of:
+//!   base  (s = t): the stage's cheapest inner plan whose rev form fits m;
+//!   tape  (a leaf stage): replay s keeping what its steps read and its boundary (the
+//!                 tape), rev(s + 1, t, m - tape), then the steps of s from the tape;
+//!   split (s < s' <= t): replay s..s'-1 straight (each stage's values freed after their
+//!                 last use, each boundary after the next stage read it), keep the boundary
+//!                 of s'-1, rev(s', t, m - boundary), free it, rev(s, s'-1, m + the
+//!                 constants of s'..=t, released by then).
+//! top(s, m)    = the same for s..=last, its first pass being the forward pass (free, and
+//!                holding nothing it does not keep).
+//! ```
+//!
+//! Memory is counted in units (at most [`UNITS`] for the budget; boundary sizes round up, so
+//! the plan is valid and the room is used within a unit). The DP over one level of `n`
+//! items is O(n^3 m) and a level has at most [`GROUP`] items; longer chains are grouped:
+//! consecutive items make a group whose own rev and top, for every room, come from the DP
+//! of its items (a block that is itself a chain), so that checkpoints sit at group ends at
+//! the upper levels and anywhere inside a group. Groups of the same items share one DP: a
+//! chain of 10,000 equal blocks solves a handful of DPs.
+//!
+//! Revolve is the case of single-op stages of equal sizes and costs whose steps read their
+//! input; the tests check that this DP reaches its closed form.
+//!
+//! Cost model: O(n^3 m / 6) per distinct group, `n <= GROUP`, `m <= UNITS`; emitting the
+//! schedule is linear in its length, with an explicit stack.
+//!
+//! # Invariants
+//! - The schedule this module emits passes `simulate` under its budget (the planner checks
+//!   it before use) and costs what the DP says (`planned_cost`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::blocks::{Shape, Stages};
+use super::{Action, GraphView, Schedule};
+
+/// Views of more ops than this are long chains for the trade-off report (rows whose plans
+/// replay too much are priced, not planned).
+pub(crate) const LONG_CHAIN: usize = 2_000;
+
+/// The most items one DP level takes in a grouped chain.
+const GROUP: usize = 48;
+
+/// The most stages a chain solved in one level has (O(n^3 m / 6): 128 stages at 160
+/// units is 56 million steps).
+const FLAT: usize = 128;
+
+/// The most memory units of a budget.
+const UNITS: u64 = 160;
+
+const INF: f64 = f64::INFINITY;
+
+/// A choice of the DP: the base case, the tape of inner plan `k` (`TAPE + k`), or a split
+/// at `s'` (`SPLIT + s'`).
+const BASE: u32 = 0;
+const TAPE: u32 = 1;
+const SPLIT: u32 = 1 << 16;
+
+/// One item of a level: a stage, or a group of consecutive items solved by its own level.
+#[derive(Clone)]
+struct Item {
+    /// The item's first stage, relative to its level's first, and its stage count.
+    first: usize,
+    stages: usize,
+    key: u64,
+    /// Boundary bytes and units.
+    boundary: u64,
+    boundary_units: usize,
+    /// Constants on the item's edges.
+    fixed: u64,
+    /// A straight replay through the item: cost, and room it needs when the sweep starts
+    /// here (its input held outside) or runs through (its input part of the room).
+    sweep_cost: f64,
+    sweep_first: usize,
+    sweep_later: usize,
+    kind: Kind,
+    /// `rev` and `top` of the item alone, by room (see NOTE \[rotor\]).
+    rev: Arc<[f64]>,
+    top: Arc<[f64]>,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Stage(Arc<Shape>),
+    Group(Arc<Level>),
+}
+
+/// The DP of one level.
+struct Level {
+    items: Vec<Item>,
+    /// `fixed_before[k]`: constants of items `0..k`.
+    fixed_before: Vec<u64>,
+    /// `rev[(s * n + t) * (m_max + 1) + m]`, `top[s * (m_max + 1) + m]`, and their choices.
+    rev: Vec<f64>,
+    rev_choice: Vec<u32>,
+    top: Vec<f64>,
+    top_choice: Vec<u32>,
+}
+
+/// The memory scale of one planning: bytes per unit and the most units.
+#[derive(Clone, Copy)]
+struct Scale {
+    unit: u64,
+    m_max: usize,
+}
+
+impl Scale {
+    /// Units that hold `bytes` (rounded up).
+    fn units(self, bytes: u64) -> usize {
+        bytes.div_ceil(self.unit).min(u64::from(u32::MAX)) as usize
+    }
+
+    /// Units within `bytes` (rounded down, at most `m_max`).
+    fn within(self, bytes: u64) -> usize {
+        ((bytes / self.unit) as usize).min(self.m_max)
+    }
+}
+
+impl Level {
+    fn n(&self) -> usize {
+        self.items.len()
+    }
+
+    fn rev_at(&self, s: usize, t: usize, m: usize, scale: Scale) -> usize {
+        (s * self.n() + t) * (scale.m_max + 1) + m
+    }
+
+    fn top_at(&self, s: usize, m: usize, scale: Scale) -> usize {
+        s * (scale.m_max + 1) + m
+    }
+
+    /// Units freed when the steps of items `a..=b` have run (their constants).
+    fn released(&self, a: usize, b: usize, scale: Scale) -> usize {
+        ((self.fixed_before[b + 1] - self.fixed_before[a]) / scale.unit) as usize
+    }
+
+    fn solve(items: Vec<Item>, scale: Scale) -> Self {
+        let n = items.len();
+        let width = scale.m_max + 1;
+        let mut fixed_before = vec![0u64; n + 1];
+        for (k, item) in items.iter().enumerate() {
+            fixed_before[k + 1] = fixed_before[k] + item.fixed;
+        }
+        let mut level = Self {
+            items,
+            fixed_before,
+            rev: vec![INF; n * n * width],
+            rev_choice: vec![BASE; n * n * width],
+            top: vec![INF; n * width],
+            top_choice: vec![BASE; n * width],
+        };
+        for len in 1..=n {
+            for s in 0..=n - len {
+                let t = s + len - 1;
+                for m in 0..width {
+                    let best = level.best_rev(s, t, m, scale);
+                    let k = level.rev_at(s, t, m, scale);
+                    (level.rev[k], level.rev_choice[k]) = best;
+                }
+            }
+        }
+        for s in (0..n).rev() {
+            for m in 0..width {
+                let best = level.best_top(s, m, scale);
+                let k = level.top_at(s, m, scale);
+                (level.top[k], level.top_choice[k]) = best;
+            }
+        }
+        level
+    }
+
+    fn best_rev(&self, s: usize, t: usize, m: usize, scale: Scale) -> (f64, u32) {
+        let item = &self.items[s];
+        if s == t {
+            return (item.rev[m], BASE);
+        }
+        let mut best = (INF, BASE);
+        if let Kind::Stage(shape) = &item.kind {
+            for k in 0..shape.inners.len() {
+                if let Some((tape, cost)) = tape_fits(shape, k, m, true, scale) {
+                    let rest = self.rev[self.rev_at(s + 1, t, m - tape, scale)];
+                    if cost + rest < best.0 {
+                        best = (cost + rest, TAPE + k as u32);
+                    }
+                }
+            }
+        }
+        let mut need = 0;
+        let mut sweep = 0.0;
+        for split in s + 1..=t {
+            let k = split - 1;
+            let joined = &self.items[k];
+            need = need.max(if k == s {
+                joined.sweep_first
+            } else {
+                joined.sweep_later
+            });
+            sweep += joined.sweep_cost;
+            if need > m {
+                break;
+            }
+            let x = joined.boundary_units;
+            if x > m {
+                continue;
+            }
+            let right = self.rev[self.rev_at(split, t, m - x, scale)];
+            if right == INF {
+                continue;
+            }
+            let room = (m + self.released(split, t, scale)).min(scale.m_max);
+            let left = self.rev[self.rev_at(s, k, room, scale)];
+            let total = sweep + right + left;
+            if total < best.0 {
+                best = (total, SPLIT + split as u32);
+            }
+        }
+        best
+    }
+
+    fn best_top(&self, s: usize, m: usize, scale: Scale) -> (f64, u32) {
+        let n = self.n();
+        let item = &self.items[s];
+        if s == n - 1 {
+            return (item.top[m], BASE);
+        }
+        let mut best = (INF, BASE);
+        if let Kind::Stage(shape) = &item.kind {
+            for k in 0..shape.inners.len() {
+                if let Some((tape, cost)) = tape_fits(shape, k, m, false, scale) {
+                    let rest = self.top[self.top_at(s + 1, m - tape, scale)];
+                    if cost + rest < best.0 {
+                        best = (cost + rest, TAPE + k as u32);
+                    }
+                }
+            }
+        }
+        for split in s + 1..n {
+            let x = self.items[split - 1].boundary_units;
+            if x > m {
+                continue;
+            }
+            let right = self.top[self.top_at(split, m - x, scale)];
+            if right == INF {
+                continue;
+            }
+            let room = (m + self.released(split, n - 1, scale)).min(scale.m_max);
+            let total = right + self.rev[self.rev_at(s, split - 1, room, scale)];
+            if total < best.0 {
+                best = (total, SPLIT + split as u32);
+            }
+        }
+        best
+    }
+}
+
+/// The tape option of a stage with inner plan `k` and room `m` (NOTE \[rotor\]): the
+/// units the tape holds while the next stages run and its cost (the replays that make it,
+/// in the rev form, and those of the plan's backward part); `None` when it does not fit.
+fn tape_fits(shape: &Shape, k: usize, m: usize, rev: bool, scale: Scale) -> Option<(usize, f64)> {
+    let inner = &shape.inners[k];
+    let made = &shape.tapes[k];
+    let tape = scale.units(made.bytes);
+    let backward = scale.units(inner.top_peak.saturating_sub(shape.fixed));
+    let making = if rev {
+        scale.units(made.peak)
+    } else {
+        backward
+    };
+    let cost = inner.top_cost + if rev { made.cost } else { 0.0 };
+    (tape <= m && making <= m && backward <= m).then_some((tape, cost))
+}
+
+/// The cheapest inner plan of `shape` whose rev form (`rev`) or forward-pass form fits
+/// `m` units: its index and cost.
+fn inner_for(shape: &Shape, m: usize, rev: bool, scale: Scale) -> Option<(usize, f64)> {
+    shape
+        .inners
+        .iter()
+        .enumerate()
+        .filter_map(|(k, inner)| {
+            let (peak, cost) = if rev {
+                (inner.rev_peak, inner.rev_cost)
+            } else {
+                (inner.top_peak, inner.top_cost)
+            };
+            (scale.units(peak.saturating_sub(shape.fixed)) <= m).then_some((k, cost))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// The chain planner for one view at one budget.
+pub(crate) struct Rotor<'a> {
+    view: &'a GraphView,
+    stages: &'a Stages,
+    scale: Scale,
+    root: Arc<Level>,
+    /// The chain as a run (NOTE \[rotor-run\]), when it repeats and is longer than a level.
+    run: Option<Run>,
+    /// Room at the top, in units.
+    room: usize,
+}
+
+/// Bytes of the view's constants.
+fn fixed_total(view: &GraphView) -> u64 {
+    view.nodes().iter().map(|n| n.fixed_bytes).sum()
+}
+
+impl<'a> Rotor<'a> {
+    /// The DP for `view` under `budget`, or `None` when the budget leaves no room beyond
+    /// the constants.
+    pub(crate) fn new(view: &'a GraphView, stages: &'a Stages, budget: u64) -> Option<Self> {
+        Self::with_group(view, stages, budget, GROUP, false)
+    }
+
+    /// [`Rotor::new`] for [`Rotor::lean_schedule`] too.
+    pub(crate) fn for_resume(view: &'a GraphView, stages: &'a Stages, budget: u64) -> Option<Self> {
+        Self::with_group(view, stages, budget, GROUP, true)
+    }
+
+    /// [`Rotor::new`] with at most `group` items per DP level (the tests solve long chains
+    /// in one level, the reference the grouped levels are measured against).
+    pub(crate) fn with_group(
+        view: &'a GraphView,
+        stages: &'a Stages,
+        budget: u64,
+        group: usize,
+        lean: bool,
+    ) -> Option<Self> {
+        let fixed = fixed_total(view);
+        let all: u64 = view.nodes().iter().map(|n| n.bytes).sum();
+        let room = budget.checked_sub(fixed)?.min(all);
+        // Units: boundaries are a whole number of units where the budget allows.
+        let boundary = (0..stages.len())
+            .map(|k| stages.shape[k].boundary)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        // Long chains get fewer units: a run's tables have (stages x units) entries.
+        let units = if stages.len() > 4_000 {
+            UNITS / 2
+        } else {
+            UNITS
+        };
+        let coarse = room.div_ceil(units).max(1);
+        let per_boundary = boundary / coarse;
+        let unit = if per_boundary >= 1 {
+            boundary.div_ceil(per_boundary)
+        } else {
+            coarse
+        };
+        let scale = Scale {
+            unit,
+            m_max: (room / unit) as usize,
+        };
+        let group = group.max(2);
+        // One level takes any chain of up to `FLAT` stages: exact in the chain model, and a
+        // run's closed head and tail cost a value more near the smallest budget.
+        let group = if group == GROUP && stages.len() <= FLAT {
+            FLAT
+        } else {
+            group
+        };
+        let run = (stages.len() > group)
+            .then(|| Run::find(&stage_items(stages, scale), scale, lean))
+            .flatten();
+        let root = if run.is_some() {
+            // Unused: the run is the plan.
+            Arc::new(Level::solve(
+                stage_items(stages, scale)[..2].to_vec(),
+                scale,
+            ))
+        } else {
+            build(stages, scale, group)
+        };
+        Some(Self {
+            view,
+            stages,
+            scale,
+            room: scale.within(room),
+            root,
+            run,
+        })
+    }
+
+    /// The replay cost of the best schedule (`INF` when none fits).
+    pub(crate) fn cost(&self) -> f64 {
+        match &self.run {
+            Some(run) => run.get(T_TH, run.k, self.room, self.scale),
+            None => self.root.top[self.root.top_at(0, self.room, self.scale)],
+        }
+    }
+
+    /// The replay cost of the best backward pass from a state where nothing is held.
+    pub(crate) fn lean_cost(&self) -> f64 {
+        if let Some(run) = &self.run {
+            // INF when the run was solved without its lean tables (`Rotor::new`).
+            return run.get(T_HT, run.k, self.room, self.scale);
+        }
+        let t = self.root.n() - 1;
+        self.root.rev[self.root.rev_at(0, t, self.room, self.scale)]
+    }
+
+    /// The best schedule, or `None` when nothing fits.
+    pub(crate) fn schedule(&self) -> Option<Schedule> {
+        if self.cost() == INF {
+            return None;
+        }
+        let mut out = Vec::new();
+        let task = match &self.run {
+            Some(run) => Task::Run {
+                table: T_TH,
+                l: run.k,
+                first: 0,
+                m: self.room,
+            },
+            None => Task::Top {
+                level: self.root.clone(),
+                base: 0,
+                s: 0,
+                m: self.room,
+            },
+        };
+        self.emit(vec![task], &mut out);
+        Some(Schedule::new(out))
+    }
+
+    /// A whole-step schedule whose forward pass keeps nothing, then the best backward pass
+    /// from there: for a step whose forward pass already ran, the values it held dropped.
+    pub(crate) fn lean_schedule(&self) -> Option<Schedule> {
+        if self.lean_cost() == INF {
+            return None;
+        }
+        let mut out: Vec<Action> = (0..self.view.len() as u32).map(Action::Compute).collect();
+        let task = match &self.run {
+            Some(run) => Task::Run {
+                table: T_HT,
+                l: run.k,
+                first: 0,
+                m: self.room,
+            },
+            None => Task::Rev {
+                level: self.root.clone(),
+                base: 0,
+                s: 0,
+                t: self.root.n() - 1,
+                m: self.room,
+            },
+        };
+        self.emit(vec![task], &mut out);
+        Some(Schedule::new(out))
+    }
+
+    /// The stage range of items `s..=t` of `level` (its first stage at `base`).
+    fn stage_range(level: &Level, base: usize, s: usize, t: usize) -> std::ops::Range<usize> {
+        let first = base + level.items[s].first;
+        let last = base + level.items[t].first + level.items[t].stages;
+        first..last
+    }
+
+    fn emit(&self, mut tasks: Vec<Task>, out: &mut Vec<Action>) {
+        let scale = self.scale;
+        while let Some(task) = tasks.pop() {
+            match task {
+                Task::Free(v) => out.push(Action::Free(v)),
+                Task::Actions(actions) => out.extend(actions),
+                Task::Run { table, l, first, m } => {
+                    let run = self
+                        .run
+                        .as_ref()
+                        .expect("remat internal error: a run's task without a run");
+                    self.emit_run(run, table, l, first, m, &mut tasks, out);
+                }
+                Task::Rev {
+                    level,
+                    base,
+                    s,
+                    t,
+                    m,
+                } => {
+                    let choice = level.rev_choice[level.rev_at(s, t, m, scale)];
+                    let item = &level.items[s];
+                    match choice {
+                        BASE => match &item.kind {
+                            Kind::Stage(shape) => {
+                                let stage = base + item.first;
+                                let (k, _) = inner_for(shape, m, true, scale)
+                                    .expect("remat internal error: the DP chose a plan that fits");
+                                inner_rev(self.stages, stage, shape, k, out);
+                            }
+                            Kind::Group(child) => tasks.push(Task::Rev {
+                                level: child.clone(),
+                                base: base + item.first,
+                                s: 0,
+                                t: child.n() - 1,
+                                m,
+                            }),
+                        },
+                        tape if tape < SPLIT => {
+                            let Kind::Stage(shape) = &item.kind else {
+                                unreachable!("remat internal error: a tape is a stage's")
+                            };
+                            let k = (tape - TAPE) as usize;
+                            let stage = base + item.first;
+                            let start = self.stages.start[stage];
+                            let made = &shape.tapes[k];
+                            for (p, &i) in made.replays.iter().enumerate() {
+                                out.push(Action::Replay(start + i));
+                                out.extend(made.frees[p].iter().map(|&u| Action::Free(start + u)));
+                            }
+                            self.after_tape(&mut tasks, stage, shape, k);
+                            tasks.push(Task::Rev {
+                                level: level.clone(),
+                                base,
+                                s: s + 1,
+                                t,
+                                m: m - scale.units(made.bytes),
+                            });
+                        }
+                        split => {
+                            let split = (split - SPLIT) as usize;
+                            let stages = Self::stage_range(&level, base, s, split - 1);
+                            sweep(self.stages, stages.clone(), out);
+                            let boundary = self.stages.end[stages.end - 1];
+                            let room = (m + level.released(split, t, scale)).min(scale.m_max);
+                            tasks.push(Task::Rev {
+                                level: level.clone(),
+                                base,
+                                s,
+                                t: split - 1,
+                                m: room,
+                            });
+                            tasks.push(Task::Free(boundary));
+                            tasks.push(Task::Rev {
+                                level: level.clone(),
+                                base,
+                                s: split,
+                                t,
+                                m: m - level.items[split - 1].boundary_units,
+                            });
+                        }
+                    }
+                }
+                Task::Top { level, base, s, m } => {
+                    let choice = level.top_choice[level.top_at(s, m, scale)];
+                    let item = &level.items[s];
+                    match choice {
+                        BASE => match &item.kind {
+                            Kind::Stage(shape) => {
+                                let stage = base + item.first;
+                                let start = self.stages.start[stage];
+                                let (k, _) = inner_for(shape, m, false, scale)
+                                    .expect("remat internal error: the DP chose a plan that fits");
+                                out.extend(
+                                    shape.inners[k]
+                                        .schedule
+                                        .actions()
+                                        .iter()
+                                        .map(|&a| offset(a, start)),
+                                );
+                            }
+                            Kind::Group(child) => tasks.push(Task::Top {
+                                level: child.clone(),
+                                base: base + item.first,
+                                s: 0,
+                                m,
+                            }),
+                        },
+                        tape if tape < SPLIT => {
+                            let Kind::Stage(shape) = &item.kind else {
+                                unreachable!("remat internal error: a tape is a stage's")
+                            };
+                            let k = (tape - TAPE) as usize;
+                            let stage = base + item.first;
+                            self.tape_forward(stage, shape, k, out);
+                            self.after_tape(&mut tasks, stage, shape, k);
+                            tasks.push(Task::Top {
+                                level: level.clone(),
+                                base,
+                                s: s + 1,
+                                m: m - scale.units(shape.tapes[k].bytes),
+                            });
+                        }
+                        split => {
+                            let split = (split - SPLIT) as usize;
+                            let stages = Self::stage_range(&level, base, s, split - 1);
+                            let first = self.stages.start[stages.start];
+                            let boundary = self.stages.end[stages.end - 1];
+                            out.extend((first..=boundary).map(Action::Compute));
+                            out.push(Action::Keep(boundary));
+                            let n = level.n();
+                            let room = (m + level.released(split, n - 1, scale)).min(scale.m_max);
+                            tasks.push(Task::Rev {
+                                level: level.clone(),
+                                base,
+                                s,
+                                t: split - 1,
+                                m: room,
+                            });
+                            tasks.push(Task::Free(boundary));
+                            tasks.push(Task::Top {
+                                level: level.clone(),
+                                base,
+                                s: split,
+                                m: m - level.items[split - 1].boundary_units,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One task of a run (NOTE \[rotor-run\]): its base pushes the part's own DP; a split
+    /// runs or computes the prefix now and pushes the rest, the free and the prefix's task.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_run(
+        &self,
+        run: &Run,
+        table: usize,
+        l: usize,
+        first: usize,
+        m: usize,
+        tasks: &mut Vec<Task>,
+        out: &mut Vec<Action>,
+    ) {
+        let scale = self.scale;
+        let choice = run.choices[table][run.at(l, m, scale)];
+        let leaf = from_leaf(table);
+        if choice == BASE {
+            match (leaf, to_tail(table)) {
+                (false, false) => {
+                    let level = Run::level(&run.block);
+                    let t = level.n() - 1;
+                    tasks.push(Task::Rev {
+                        level,
+                        base: run.block_stage(first),
+                        s: 0,
+                        t,
+                        m,
+                    });
+                }
+                (true, false) => {
+                    if let Some(head) = &run.head {
+                        let level = Run::level(head);
+                        let t = level.n() - 1;
+                        tasks.push(Task::Rev {
+                            level,
+                            base: 0,
+                            s: 0,
+                            t,
+                            m,
+                        });
+                    }
+                }
+                (false, true) => {
+                    let level = Run::level(&run.tail);
+                    let base = run.block_stage(run.k);
+                    if top_form(table) {
+                        tasks.push(Task::Top {
+                            level,
+                            base,
+                            s: 0,
+                            m,
+                        });
+                    } else {
+                        let t = level.n() - 1;
+                        tasks.push(Task::Rev {
+                            level,
+                            base,
+                            s: 0,
+                            t,
+                            m,
+                        });
+                    }
+                }
+                (true, true) => {
+                    unreachable!("remat internal error: no base from the leaves to the tail")
+                }
+            }
+            return;
+        }
+        assert!(
+            choice != NO_CHOICE,
+            "remat internal error: a run's task that does not fit"
+        );
+        if choice < SPLIT {
+            let tape = &run.tapes[(choice - RUN_TAPE) as usize];
+            let first_stage = run.block_stage(first);
+            for (i, shape) in tape.shapes.iter().enumerate() {
+                let stage = first_stage + i;
+                let k = tape.options[i];
+                if top_form(table) {
+                    self.tape_forward(stage, shape, k, out);
+                } else {
+                    let start = self.stages.start[stage];
+                    let made = &shape.tapes[k];
+                    for (p, &v) in made.replays.iter().enumerate() {
+                        out.push(Action::Replay(start + v));
+                        out.extend(made.frees[p].iter().map(|&u| Action::Free(start + u)));
+                    }
+                }
+                self.after_tape(tasks, stage, shape, k);
+            }
+            tasks.push(Task::Run {
+                table,
+                l: l - 1,
+                first: first + 1,
+                m: m - tape.bytes,
+            });
+            return;
+        }
+        let j = (choice - SPLIT) as usize;
+        let start = if leaf { 0 } else { run.block_stage(first) };
+        let end = run.block_stage(first + j);
+        let x = run.boundary_units(j);
+        let rest = Task::Run {
+            table: rest_of(table),
+            l: l - j,
+            first: first + j,
+            m: m - x,
+        };
+        if start == end {
+            // No head and no block before: the rest starts from the leaves.
+            tasks.push(rest);
+            return;
+        }
+        let boundary = self.stages.end[end - 1];
+        if top_form(table) {
+            let from = self.stages.start[start];
+            out.extend((from..=boundary).map(Action::Compute));
+            out.push(Action::Keep(boundary));
+        } else {
+            sweep(self.stages, start..end, out);
+        }
+        let fixed =
+            (l - j) as u64 * run.block.fixed + if to_tail(table) { run.tail.fixed } else { 0 };
+        tasks.push(Task::Run {
+            table: prefix_of(table),
+            l: j,
+            first,
+            m: (m + (fixed / scale.unit) as usize).min(scale.m_max),
+        });
+        tasks.push(Task::Free(boundary));
+        tasks.push(rest);
+    }
+
+    /// A tape's forward part in the forward pass: inner plan `k`'s own, the boundary kept.
+    fn tape_forward(&self, stage: usize, shape: &Shape, k: usize, out: &mut Vec<Action>) {
+        let start = self.stages.start[stage];
+        let inner = &shape.inners[k];
+        let forward = &inner.schedule.actions()[..inner.split];
+        out.extend(forward.iter().map(|&a| offset(a, start)));
+        let last = shape.len - 1;
+        if inner.held_at_end.binary_search(&last).is_err() {
+            out.push(Action::Keep(start + last));
+        }
+    }
+
+    /// After a tape's forward part: (pushed, so run after the next stages) free the
+    /// boundary if the tape kept it only for them, then inner plan `k`'s backward part.
+    fn after_tape(&self, tasks: &mut Vec<Task>, stage: usize, shape: &Shape, k: usize) {
+        let start = self.stages.start[stage];
+        let inner = &shape.inners[k];
+        let backward = inner.schedule.actions()[inner.split..]
+            .iter()
+            .map(|&a| offset(a, start))
+            .collect();
+        tasks.push(Task::Actions(backward));
+        let last = shape.len - 1;
+        if inner.held_at_end.binary_search(&last).is_err() {
+            tasks.push(Task::Free(start + last));
+        }
+    }
+}
+
+/// A stage's inner plan `k` in the rev form (NOTE \[stages\] in `blocks.rs`).
+fn inner_rev(stages: &Stages, stage: usize, shape: &Shape, k: usize, out: &mut Vec<Action>) {
+    let start = stages.start[stage];
+    let inner = &shape.inners[k];
+    for (p, &i) in inner.rev_replays.iter().enumerate() {
+        out.push(Action::Replay(start + i));
+        out.extend(inner.rev_frees[p].iter().map(|&u| Action::Free(start + u)));
+    }
+    out.extend(
+        inner.schedule.actions()[inner.split..]
+            .iter()
+            .map(|&a| offset(a, start)),
+    );
+}
+
+/// A straight replay through stages `range` from the input of the first (held by the
+/// caller), keeping the boundary of the last: each stage's values are freed after their
+/// last use, each boundary after the next stage's last read of it.
+fn sweep(stages: &Stages, range: std::ops::Range<usize>, out: &mut Vec<Action>) {
+    let first = range.start;
+    for stage in range {
+        let shape = &stages.shape[stage];
+        let start = stages.start[stage];
+        let input = (stage > first).then(|| start - 1);
+        if let Some(input) = input
+            && shape.input_last.is_none()
+        {
+            out.push(Action::Free(input));
+        }
+        for (k, &i) in shape.sweep_replays.iter().enumerate() {
+            out.push(Action::Replay(start + i));
+            if let Some(input) = input
+                && shape.input_last == Some(k)
+            {
+                out.push(Action::Free(input));
+            }
+            out.extend(
+                shape.sweep_frees[k]
+                    .iter()
+                    .map(|&u| Action::Free(start + u)),
+            );
+        }
+    }
+}
+
+/// An action on a stage's own indices moved to the view's.
+fn offset(action: Action, start: u32) -> Action {
+    match action {
+        Action::Compute(i) => Action::Compute(start + i),
+        Action::Keep(i) => Action::Keep(start + i),
+        Action::Replay(i) => Action::Replay(start + i),
+        Action::Free(i) => Action::Free(start + i),
+        Action::Step(i) => Action::Step(start + i),
+    }
+}
+
+enum Task {
+    Rev {
+        level: Arc<Level>,
+        base: usize,
+        s: usize,
+        t: usize,
+        m: usize,
+    },
+    Top {
+        level: Arc<Level>,
+        base: usize,
+        s: usize,
+        m: usize,
+    },
+    Run {
+        table: usize,
+        l: usize,
+        first: usize,
+        m: usize,
+    },
+    Free(u32),
+    Actions(Vec<Action>),
+}
+
+/// The leaf items of `stages` under `scale`.
+fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
+    let width = scale.m_max + 1;
+    let mut curves: HashMap<u64, (Arc<[f64]>, Arc<[f64]>)> = HashMap::new();
+    (0..stages.len())
+        .map(|k| {
+            let shape = stages.shape[k].clone();
+            let (rev, top) = curves
+                .entry(stages.key[k])
+                .or_insert_with(|| {
+                    let curve = |rev: bool| -> Arc<[f64]> {
+                        (0..width)
+                            .map(|m| inner_for(&shape, m, rev, scale).map_or(INF, |(_, c)| c))
+                            .collect()
+                    };
+                    (curve(true), curve(false))
+                })
+                .clone();
+            Item {
+                first: k,
+                stages: 1,
+                key: stages.key[k],
+                boundary: shape.boundary,
+                boundary_units: scale.units(shape.boundary),
+                fixed: shape.fixed,
+                sweep_cost: shape.sweep_cost,
+                sweep_first: scale.units(shape.sweep_peak),
+                sweep_later: scale.units(shape.sweep_through_peak),
+                kind: Kind::Stage(shape),
+                rev,
+                top,
+            }
+        })
+        .collect()
+}
+
+/// The levels of the DP over `stages` (see NOTE \[rotor\]); returns the root.
+fn build(stages: &Stages, scale: Scale, group: usize) -> Arc<Level> {
+    let mut items = stage_items(stages, scale);
+    let mut solved: HashMap<Vec<u64>, Arc<Level>> = HashMap::new();
+    while items.len() > group {
+        let groups = items.len().div_ceil(group);
+        let size = items.len().div_ceil(groups);
+        items = items
+            .chunks(size)
+            .map(|chunk| group_item(chunk, scale, &mut solved))
+            .collect();
+    }
+    Arc::new(Level::solve(items, scale))
+}
+
+/// One item for the consecutive `chunk`, solved by its own level (shared by equal chunks).
+fn group_item(chunk: &[Item], scale: Scale, solved: &mut HashMap<Vec<u64>, Arc<Level>>) -> Item {
+    let keys: Vec<u64> = chunk.iter().map(|item| item.key).collect();
+    let key = group_key(&keys);
+    let first = chunk[0].first;
+    let level = solved
+        .entry(keys)
+        .or_insert_with(|| {
+            let relative = chunk
+                .iter()
+                .map(|item| Item {
+                    first: item.first - first,
+                    ..item.clone()
+                })
+                .collect();
+            Arc::new(Level::solve(relative, scale))
+        })
+        .clone();
+    let last = chunk.last().expect("chunks are not empty");
+    let width = scale.m_max + 1;
+    let rev: Arc<[f64]> = (0..width)
+        .map(|m| level.rev[level.rev_at(0, level.n() - 1, m, scale)])
+        .collect();
+    let top: Arc<[f64]> = (0..width)
+        .map(|m| level.top[level.top_at(0, m, scale)])
+        .collect();
+    Item {
+        first,
+        stages: chunk.iter().map(|item| item.stages).sum(),
+        key,
+        boundary: last.boundary,
+        boundary_units: last.boundary_units,
+        fixed: chunk.iter().map(|item| item.fixed).sum(),
+        sweep_cost: chunk.iter().map(|item| item.sweep_cost).sum(),
+        sweep_first: chunk
+            .iter()
+            .skip(1)
+            .map(|item| item.sweep_later)
+            .fold(chunk[0].sweep_first, usize::max),
+        sweep_later: chunk.iter().map(|item| item.sweep_later).max().unwrap_or(0),
+        kind: Kind::Group(level),
+        rev,
+        top,
+    }
+}
+
+/// A key for a group of items with these keys (FNV-1a).
+fn group_key(keys: &[u64]) -> u64 {
+    let mut state: u64 = 0xcbf2_9ce4_8422_2325 ^ 0x67;
+    for &k in keys {
+        for byte in k.to_le_bytes() {
+            state ^= byte as u64;
+            state = state.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    state
+}
+
+thread_local! {
+    /// How deep the planner is in stages' inner plans (a stage's own stages are planned as
+    /// a chain too, to [`MAX_NESTING`] levels).
+    static NESTING: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+/// The most levels of stages within stages the planner plans as chains.
+const MAX_NESTING: u32 = 3;
+
+thread_local! {
+    /// The stages of the views planned last on this thread, by a hash of their structure
+    /// and costs: a trade-off report plans one view at ten budgets, and a stage's inner
+    /// plans do not depend on the budget.
+    static RECENT: core::cell::RefCell<Vec<(u64, Option<Arc<Stages>>)>> =
+        const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// How many views' stages [`RECENT`] keeps.
+const RECENT_KEPT: usize = 4;
+
+/// The stages of `view` if the planner plans it as a chain here (not too deep in stages'
+/// inner plans).
+pub(crate) fn stages_of(view: &GraphView) -> Option<Arc<Stages>> {
+    let depth = NESTING.with(|n| n.get());
+    if depth >= MAX_NESTING {
+        return None;
+    }
+    let costs: Vec<u64> = view.nodes().iter().map(|n| n.cost.to_bits()).collect();
+    let key = group_key(&costs) ^ super::signature(view).rotate_left(17);
+    let cached = RECENT.with(|recent| {
+        let recent = recent.borrow();
+        recent
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, s)| s.clone())
+    });
+    if let Some(stages) = cached {
+        return stages;
+    }
+    NESTING.with(|n| n.set(depth + 1));
+    let stages = Stages::of(view).map(Arc::new);
+    NESTING.with(|n| n.set(depth));
+    RECENT.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if recent.len() >= RECENT_KEPT {
+            recent.remove(0);
+        }
+        recent.push((key, stages.clone()));
+    });
+    stages
+}
+
+/// The smallest budget a chain of `stages` runs with (the lean chain schedule: for each
+/// stage from the last, replay from the first stage to its input, then its smallest inner
+/// plan), whatever its length: one boundary and the largest stage's own need, plus the
+/// constants.
+pub(crate) fn min_budget(view: &GraphView, stages: &Stages) -> u64 {
+    let mut need = 0u64;
+    let mut sweep = 0u64; // the most a sweep from the first stage to stage k's input holds
+    for k in 0..stages.len() {
+        let shape = &stages.shape[k];
+        let input = if k == 0 {
+            0
+        } else {
+            stages.shape[k - 1].boundary
+        };
+        let inner = shape
+            .inners
+            .iter()
+            .map(|inner| inner.rev_peak.saturating_sub(shape.fixed))
+            .min()
+            .unwrap_or(u64::MAX);
+        need = need.max(sweep).max(input.saturating_add(inner));
+        sweep = sweep.max(if k == 0 {
+            shape.sweep_peak
+        } else {
+            shape.sweep_through_peak
+        });
+    }
+    need + fixed_total(view)
+}
+
+/// The lean chain schedule of [`min_budget`]: a forward pass that keeps nothing, then for
+/// each stage from the last, a straight replay to its input, kept, and its smallest inner
+/// plan in the rev form. Valid at [`min_budget`]; quadratic in replays (the fallback where
+/// the DP's units round a budget near the smallest away).
+pub(crate) fn lean_chain(view: &GraphView, stages: &Stages) -> Schedule {
+    let mut out: Vec<Action> = (0..view.len() as u32).map(Action::Compute).collect();
+    for k in (0..stages.len()).rev() {
+        if k > 0 {
+            sweep(stages, 0..k, &mut out);
+        }
+        let shape = &stages.shape[k];
+        let smallest = (0..shape.inners.len())
+            .min_by_key(|&i| shape.inners[i].rev_peak)
+            .expect("a stage has its keep-all plan");
+        inner_rev(stages, k, shape, smallest, &mut out);
+        if k > 0 {
+            out.push(Action::Free(stages.end[k - 1]));
+        }
+    }
+    Schedule::new(out)
+}
+
+/// A backward pass for a step whose forward pass already ran and left `held` held, as a
+/// whole schedule (a forward pass that keeps `held`, then the backward): the held values
+/// are dropped, and the chain is reversed from there by the DP (`rev` over the whole
+/// chain). Returns the schedule and its replay cost; `None` when the view is not a chain of
+/// stages or nothing fits. The engine's first step under a budget, which has no plan yet,
+/// resumes this way when it is cheaper than its online eviction.
+pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
+    let stages = stages_of(view)?;
+    let mut held = held.to_vec();
+    held.sort_unstable();
+    held.dedup();
+    let mut body = match Rotor::for_resume(view, &stages, budget).and_then(|r| r.lean_schedule()) {
+        Some(schedule) => schedule,
+        None if budget >= min_budget(view, &stages) => lean_chain(view, &stages),
+        None => return None,
+    };
+    let actions = std::mem::take(&mut body).into_actions();
+    let n = view.len();
+    let mut out = Vec::with_capacity(actions.len() + 2 * held.len());
+    for &a in &actions[..n] {
+        out.push(a);
+        if let Action::Compute(i) = a
+            && held.binary_search(&i).is_ok()
+        {
+            out.push(Action::Keep(i));
+        }
+    }
+    out.extend(held.iter().map(|&h| Action::Free(h)));
+    out.extend_from_slice(&actions[n..]);
+    let schedule = Schedule::new(out);
+    let cost = super::simulate(view, &schedule, budget)
+        .ok()?
+        .recompute_cost;
+    Some((schedule, cost))
+}
+
+/// NOTE [rotor-run]: a long chain that repeats (an unrolled RNN, a stack of equal residual
+/// blocks, the steps of a solver) is a *run*: a head, `k` equal blocks of `p` stages, and a
+/// tail. The grouped levels (NOTE \[rotor\]) reverse each group from its own input, which
+/// holds one more value per level than a single level needs; a run is solved as one level,
+/// indexed by how many blocks a sub-task spans instead of where it starts (the blocks are
+/// equal), so its checkpoints may sit at any block end. With `l` blocks and room `m`:
+///
+/// ```text
+/// R(l, m)   l blocks, their input held, backward (rev);  RT(l, m) the same, then the tail;
+/// T(l, m)   l blocks and the tail, their first pass the forward pass (top);
+/// H(l, m)   the head and l blocks from the leaves, rev;  HT(l, m) and the tail, rev;
+/// TH(l, m)  the head, l blocks and the tail, top (the whole step).
+/// ```
+///
+/// Each is a block's (or the head's, or the tail's) own DP at its base, else the cheapest
+/// split after the head and `j` blocks: replay (rev) or compute (top) up to there, keep that
+/// boundary, do the rest from it (the `R`, `RT` or `T` of `l - j` blocks with the boundary's
+/// room less), free it, then the prefix (`R` or `H` of `j` blocks, with the constants of the
+/// rest released). The best `j` is found by a binary search (the cost is convex in `j` for
+/// Revolve's recursion, which this is with costs) and a check of its neighbours.
+///
+/// Cost model: six tables of `(k + 1) (m + 1)` entries, O(log k) each.
+struct Run {
+    head: Option<Item>,
+    block: Item,
+    /// The block's stages taped one after the other (NOTE \[rotor\]'s tape, for a whole
+    /// block), one per inner plan index: a rest may run from the tape, then the block's
+    /// steps from it.
+    tapes: Vec<BlockTape>,
+    tail: Item,
+    head_stages: usize,
+    block_stages: usize,
+    k: usize,
+    tables: Vec<Vec<f64>>,
+    choices: Vec<Vec<u32>>,
+}
+
+/// A block's tape: every stage's tape, made one after the other.
+struct BlockTape {
+    /// The stages' shapes, in order, and the inner plan each tapes with.
+    shapes: Vec<Arc<Shape>>,
+    options: Vec<usize>,
+    /// Units held while the rest runs, while the tape is made (rev form, forward-pass
+    /// form), and while the block's steps run from it.
+    bytes: usize,
+    making: usize,
+    top_making: usize,
+    backward: usize,
+    /// Replay cost in the rev form and in the forward-pass form.
+    rev_cost: f64,
+    top_cost: f64,
+}
+
+impl BlockTape {
+    /// The block's stages each taped with its inner plan `k` (its last, if it has fewer).
+    fn new(block: &Item, k: usize, scale: Scale) -> Option<Self> {
+        let Kind::Group(level) = &block.kind else {
+            return None;
+        };
+        let mut shapes = Vec::new();
+        for item in &level.items {
+            match &item.kind {
+                Kind::Stage(shape) => shapes.push(shape.clone()),
+                Kind::Group(_) => return None,
+            }
+        }
+        let (mut held, mut making, mut backward, mut top_making) = (0u64, 0u64, 0u64, 0u64);
+        let (mut rev_cost, mut top_cost) = (0.0, 0.0);
+        let mut options = Vec::new();
+        for shape in &shapes {
+            let k = k.min(shape.inners.len() - 1);
+            let inner = &shape.inners[k];
+            let made = &shape.tapes[k];
+            let own = inner.top_peak.saturating_sub(shape.fixed);
+            making = making.max(held + made.peak);
+            top_making = top_making.max(held + own);
+            backward = backward.max(held + own);
+            held += made.bytes;
+            rev_cost += made.cost + inner.top_cost;
+            top_cost += inner.top_cost;
+            options.push(k);
+        }
+        Some(Self {
+            shapes,
+            options,
+            bytes: scale.units(held),
+            making: scale.units(making),
+            top_making: scale.units(top_making),
+            backward: scale.units(backward),
+            rev_cost,
+            top_cost,
+        })
+    }
+
+    /// Whether the tape fits room `m`, and its cost there.
+    fn fits(&self, m: usize, rev: bool) -> Option<f64> {
+        let making = if rev { self.making } else { self.top_making };
+        (self.bytes <= m && making <= m && self.backward <= m).then_some(if rev {
+            self.rev_cost
+        } else {
+            self.top_cost
+        })
+    }
+}
+
+/// A run's choice: its block's tape `k` (`RUN_TAPE + k`), then the rest.
+const RUN_TAPE: u32 = 1;
+
+const T_R: usize = 0;
+const T_RT: usize = 1;
+const T_T: usize = 2;
+const T_H: usize = 3;
+const T_HT: usize = 4;
+const T_TH: usize = 5;
+
+/// The most blocks a run's tables span (NOTE \[rotor-run\]): longer runs merge blocks.
+const MAX_BLOCKS: usize = 1024;
+
+/// A choice of a run's table: the base case, or a split after the head and `j` blocks
+/// (`SPLIT + j`).
+const NO_CHOICE: u32 = u32::MAX;
+
+fn from_leaf(table: usize) -> bool {
+    table >= T_H
+}
+
+fn to_tail(table: usize) -> bool {
+    matches!(table, T_RT | T_T | T_HT | T_TH)
+}
+
+fn top_form(table: usize) -> bool {
+    matches!(table, T_T | T_TH)
+}
+
+/// The table of a split's rest (from a held boundary, to the same end, in the same form).
+fn rest_of(table: usize) -> usize {
+    match table {
+        T_R | T_H => T_R,
+        T_RT | T_HT => T_RT,
+        _ => T_T,
+    }
+}
+
+/// The table of a split's prefix (rev, ending at a block).
+fn prefix_of(table: usize) -> usize {
+    if from_leaf(table) { T_H } else { T_R }
+}
+
+impl Run {
+    /// The run in `items` (single stages), if the chain repeats: a head of at most 8
+    /// stages, at least 8 equal blocks of at most 8 stages, and a tail of at least one
+    /// stage and at most 16.
+    fn find(items: &[Item], scale: Scale, lean: bool) -> Option<Self> {
+        let n = items.len();
+        let mut best: Option<(usize, usize, usize)> = None; // (head, p, k)
+        for p in 1..=8usize {
+            for head in 0..=8usize.min(n) {
+                let mut k = 0;
+                while head + (k + 1) * p < n
+                    && (0..p).all(|i| items[head + k * p + i].key == items[head + i].key)
+                {
+                    k += 1;
+                }
+                let tail = n - head - k * p;
+                if k >= 8
+                    && (1..=16).contains(&tail)
+                    && best.is_none_or(|(_, bp, bk)| k * p > bk * bp)
+                {
+                    best = Some((head, p, k));
+                }
+            }
+        }
+        let (head_stages, p, k) = best?;
+        // Merge equal blocks so that at most `MAX_BLOCKS` remain (the tail takes what is
+        // left over): checkpoints then sit every few blocks, and the tables stay small.
+        let merge = k.div_ceil(MAX_BLOCKS);
+        let (p, k) = (p * merge, k / merge);
+        let mut solved = HashMap::new();
+        let head = (head_stages > 0).then(|| group_item(&items[..head_stages], scale, &mut solved));
+        let block = group_item(&items[head_stages..head_stages + p], scale, &mut solved);
+        let tail = group_item(&items[head_stages + k * p..], scale, &mut solved);
+        let options = match &block.kind {
+            Kind::Group(level) => level
+                .items
+                .iter()
+                .map(|item| match &item.kind {
+                    Kind::Stage(shape) => shape.inners.len(),
+                    Kind::Group(_) => 0,
+                })
+                .max()
+                .unwrap_or(0),
+            Kind::Stage(_) => 0,
+        };
+        let tapes = (0..options)
+            .filter_map(|k| BlockTape::new(&block, k, scale))
+            .collect();
+        let mut run = Self {
+            head,
+            tapes,
+            block,
+            tail,
+            head_stages,
+            block_stages: p,
+            k,
+            tables: vec![Vec::new(); 6],
+            choices: vec![Vec::new(); 6],
+        };
+        run.solve(scale, lean);
+        Some(run)
+    }
+
+    fn at(&self, l: usize, m: usize, scale: Scale) -> usize {
+        l * (scale.m_max + 1) + m
+    }
+
+    fn get(&self, table: usize, l: usize, m: usize, scale: Scale) -> f64 {
+        self.tables[table]
+            .get(self.at(l, m, scale))
+            .copied()
+            .unwrap_or(INF)
+    }
+
+    fn solve(&mut self, scale: Scale, lean: bool) {
+        let width = scale.m_max + 1;
+        let wanted: &[usize] = if lean {
+            &[T_R, T_RT, T_T, T_H, T_HT, T_TH]
+        } else {
+            &[T_R, T_T, T_H, T_TH]
+        };
+        for &t in wanted {
+            self.tables[t] = vec![INF; (self.k + 1) * width];
+            self.choices[t] = vec![NO_CHOICE; (self.k + 1) * width];
+        }
+        for l in 0..=self.k {
+            for &table in wanted {
+                for m in 0..width {
+                    let best = self.best(table, l, m, scale);
+                    let at = self.at(l, m, scale);
+                    (self.tables[table][at], self.choices[table][at]) = best;
+                }
+            }
+        }
+    }
+
+    /// The boundary units after the head and `j` blocks.
+    fn boundary_units(&self, j: usize) -> usize {
+        match (j, &self.head) {
+            (0, Some(head)) => head.boundary_units,
+            (0, None) => 0,
+            _ => self.block.boundary_units,
+        }
+    }
+
+    /// What a split after the head (from the leaves) and `j` blocks costs in `table` at
+    /// `(l, m)`.
+    fn split(&self, table: usize, l: usize, j: usize, m: usize, scale: Scale) -> f64 {
+        let x = self.boundary_units(j);
+        if x > m {
+            return INF;
+        }
+        let leaf = from_leaf(table);
+        let mut sweep = 0.0;
+        if !top_form(table) {
+            let head = self.head.as_ref().filter(|_| leaf);
+            let mut need = head.map_or(0, |h| h.sweep_first);
+            if j >= 1 {
+                need = need.max(if head.is_some() {
+                    self.block.sweep_later
+                } else {
+                    self.block.sweep_first
+                });
+            }
+            if j >= 2 {
+                need = need.max(self.block.sweep_later);
+            }
+            if need > m {
+                return INF;
+            }
+            sweep = head.map_or(0.0, |h| h.sweep_cost) + j as f64 * self.block.sweep_cost;
+        }
+        let rest = self.get(rest_of(table), l - j, m - x, scale);
+        if rest == INF {
+            return INF;
+        }
+        let fixed =
+            (l - j) as u64 * self.block.fixed + if to_tail(table) { self.tail.fixed } else { 0 };
+        let room = (m + (fixed / scale.unit) as usize).min(scale.m_max);
+        sweep + rest + self.get(prefix_of(table), j, room, scale)
+    }
+
+    fn best(&self, table: usize, l: usize, m: usize, scale: Scale) -> (f64, u32) {
+        let leaf = from_leaf(table);
+        let tail = to_tail(table);
+        let mut best = (INF, NO_CHOICE);
+        match (leaf, tail, l) {
+            (false, false, 0) => return best,
+            (false, false, 1) => best = (self.block.rev[m], BASE),
+            (true, false, 0) => best = (self.head.as_ref().map_or(0.0, |h| h.rev[m]), BASE),
+            (false, true, 0) => {
+                let curve = if top_form(table) {
+                    &self.tail.top
+                } else {
+                    &self.tail.rev
+                };
+                best = (curve[m], BASE);
+            }
+            _ => {}
+        }
+        // The first block's tape, the rest from it (NOTE [rotor]'s tape, block-wise).
+        let min_rest = if tail { 0 } else { 1 };
+        if !leaf && l > min_rest {
+            for (k, tape) in self.tapes.iter().enumerate() {
+                if let Some(cost) = tape.fits(m, !top_form(table)) {
+                    let rest = self.get(table, l - 1, m - tape.bytes, scale);
+                    if cost + rest < best.0 {
+                        best = (cost + rest, RUN_TAPE + k as u32);
+                    }
+                }
+            }
+        }
+        let lo = if leaf { 0 } else { 1 };
+        let hi = if tail { l } else { l.saturating_sub(1) };
+        if lo > hi || (!leaf && !tail && l < 2) {
+            return best;
+        }
+        let consider = |j: usize, best: &mut (f64, u32)| {
+            let cost = self.split(table, l, j, m, scale);
+            if cost < best.0 {
+                *best = (cost, SPLIT + j as u32);
+            }
+        };
+        if hi - lo <= 48 {
+            for j in lo..=hi {
+                consider(j, &mut best);
+            }
+            return best;
+        }
+        // The splits that fit are an interval: the rest (after the split) fits when it is
+        // short enough, the prefix when it is short enough. Find it, then the cheapest split
+        // in it by a binary search on the (convex) cost.
+        for j in lo..=(lo + 2).min(hi) {
+            consider(j, &mut best);
+        }
+        let first = lo + 3;
+        if first > hi {
+            return best;
+        }
+        let x = self.block.boundary_units;
+        if x > m {
+            return best;
+        }
+        let rest_fits = |j: usize| self.get(rest_of(table), l - j, m - x, scale) < INF;
+        let fixed =
+            |j: usize| (l - j) as u64 * self.block.fixed + if tail { self.tail.fixed } else { 0 };
+        let prefix_fits = |j: usize| {
+            let room = (m + (fixed(j) / scale.unit) as usize).min(scale.m_max);
+            self.get(prefix_of(table), j, room, scale) < INF
+        };
+        // The first split whose rest fits, and the last whose prefix fits.
+        let (mut a, mut b) = (first, hi + 1);
+        while a < b {
+            let mid = a + (b - a) / 2;
+            if rest_fits(mid) { b = mid } else { a = mid + 1 }
+        }
+        let low = a;
+        let (mut a, mut b) = (first, hi + 1);
+        while a < b {
+            let mid = a + (b - a) / 2;
+            if prefix_fits(mid) {
+                a = mid + 1
+            } else {
+                b = mid
+            }
+        }
+        let high = a.saturating_sub(1);
+        if low > high {
+            return best;
+        }
+        let (first, hi) = (low, high);
+        let (mut a, mut b) = (first, hi);
+        while a < b {
+            let mid = a + (b - a) / 2;
+            if self.split(table, l, mid, m, scale) <= self.split(table, l, mid + 1, m, scale) {
+                b = mid;
+            } else {
+                a = mid + 1;
+            }
+        }
+        for j in a.saturating_sub(3).max(first)..=(a + 3).min(hi) {
+            consider(j, &mut best);
+        }
+        best
+    }
+
+    /// The first stage of block `i`.
+    fn block_stage(&self, i: usize) -> usize {
+        self.head_stages + i * self.block_stages
+    }
+
+    fn level(item: &Item) -> Arc<Level> {
+        match &item.kind {
+            Kind::Group(level) => level.clone(),
+            Kind::Stage(_) => unreachable!("remat internal error: a run's parts are groups"),
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Chains of blocks (NOTE [stages], NOTE [rotor]): the cuts a view has, the smallest budget
+//! whatever the chain's length, plans valid at every budget, the grouped DP against one
+//! level over the whole chain, and Revolve's closed form on single-op chains.
+
+use super::chain;
+use crate::planner::blocks::{Stages, cuts};
+use crate::planner::rotor::{Rotor, min_budget};
+use crate::planner::{GraphView, Node, plan, revolve, simulate, smallest_budget};
+
+/// Bytes of one matrix of the power iteration.
+const D: u64 = 8 * 64 * 64;
+
+/// `n` steps of a normalized power iteration, `x = A x; x = x / |x|` (a matmul, then
+/// square, sum, sqrt and a division reading the matmul's output and the norm: a fan-out
+/// inside each block), then a loss. Costs in ns.
+pub(super) fn power_iteration(n: u32) -> GraphView {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut push = |node: Node| {
+        nodes.push(node);
+        nodes.len() as u32 - 1
+    };
+    let mut x: Option<u32> = None;
+    for _ in 0..n {
+        let input: Vec<u32> = x.into_iter().collect();
+        let y = push(
+            Node::new("matmul", D, 5000.0)
+                .inputs(input.clone())
+                .step_reads(input),
+        );
+        let sq = push(Node::new("mul", D, 300.0).inputs([y]).step_reads([y]));
+        let s = push(Node::new("sum", 8, 200.0).inputs([sq]));
+        let norm = push(Node::new("sqrt", 8, 10.0).inputs([s]).step_reads([s]));
+        x = Some(push(
+            Node::new("div", D, 400.0)
+                .inputs([y, norm])
+                .step_reads([y, norm]),
+        ));
+    }
+    let x = x.expect("at least one step");
+    push(Node::new("sum", 8, 100.0).inputs([x]).step_reads([x]));
+    GraphView::new(nodes).expect("a power iteration is a valid view")
+}
+
+#[test]
+fn a_power_iteration_cuts_at_each_matmul_and_each_division() {
+    let view = power_iteration(4);
+    // Inside a block, the matmul's output is read by the division: no cut at the square,
+    // the sum or the sqrt.
+    assert_eq!(cuts(&view).unwrap(), vec![0, 4, 5, 9, 10, 14, 15, 19, 20]);
+    // A residual edge over a block removes the cuts it crosses.
+    let mut nodes = view.nodes().to_vec();
+    nodes[9].inputs.push(3);
+    let view = GraphView::new(nodes).unwrap();
+    assert_eq!(cuts(&view).unwrap(), vec![0, 9, 10, 14, 15, 19, 20]);
+}
+
+#[test]
+fn the_smallest_budget_of_a_chain_of_blocks_does_not_grow_with_its_length() {
+    let mut smallest = Vec::new();
+    for n in [100u32, 1000, 10_000] {
+        let view = power_iteration(n);
+        let min = smallest_budget(&view);
+        // At the smallest budget every schedule replays the chain quadratically often: a
+        // long one is planned with a few more slots.
+        let budget = if n > 1000 { min + 8 * D } else { min };
+        let schedule = plan(&view, budget).expect("the smallest budget plans");
+        let outcome = simulate(&view, &schedule, budget).expect("and its plan is valid");
+        assert!(outcome.peak_bytes <= budget);
+        smallest.push(min);
+    }
+    // One boundary plus a block's own need: about four matrices.
+    assert!(smallest[0] <= 5 * D, "{smallest:?}");
+    assert!(smallest.iter().all(|&b| b == smallest[0]), "{smallest:?}");
+}
+
+/// Every budget from the smallest to keep-all plans a valid schedule within the budget,
+/// and a larger budget never costs more.
+#[test]
+fn a_chain_of_blocks_plans_within_every_budget() {
+    let view = power_iteration(60);
+    let smallest = smallest_budget(&view);
+    let mut last = f64::INFINITY;
+    for slots in [0u64, 1, 2, 3, 5, 8, 13, 21, 40, 80, 200] {
+        let budget = smallest + slots * D;
+        let schedule = plan(&view, budget).unwrap();
+        let outcome = simulate(&view, &schedule, budget).unwrap();
+        assert!(outcome.peak_bytes <= budget);
+        assert!(
+            outcome.recompute_cost <= last,
+            "{slots} more slots cost {} after {last}",
+            outcome.recompute_cost
+        );
+        last = outcome.recompute_cost;
+    }
+    assert_eq!(last, 0.0, "keep-all replays nothing");
+}
+
+/// The grouped DP (checkpoints at group ends at the upper levels) against one level over
+/// the whole chain, the optimum of the chain model: within 10%, and both schedules valid
+/// and costing what their DP says.
+#[test]
+fn grouped_levels_plan_within_10_percent_of_one_level() {
+    let view = power_iteration(100);
+    let stages = Stages::of(&view).unwrap();
+    assert_eq!(stages.len(), 201);
+    let smallest = min_budget(&view, &stages);
+    for slots in [1u64, 2, 4, 8, 16, 40] {
+        let budget = smallest + slots * D;
+        let grouped = Rotor::for_resume(&view, &stages, budget).unwrap();
+        let flat = Rotor::with_group(&view, &stages, budget, usize::MAX, true).unwrap();
+        for rotor in [&grouped, &flat] {
+            let schedule = rotor.schedule().expect("fits");
+            let outcome = simulate(&view, &schedule, budget).unwrap();
+            assert!((outcome.recompute_cost - rotor.cost()).abs() < 1e-6 * rotor.cost().max(1.0));
+        }
+        assert!(
+            grouped.cost() <= 1.1 * flat.cost(),
+            "{slots} slots: grouped {} against one level {}",
+            grouped.cost(),
+            flat.cost()
+        );
+    }
+}
+
+/// On single-op stages of equal size and cost whose steps read their input, the DP is
+/// Revolve's closed form.
+#[test]
+fn on_a_uniform_chain_the_dp_is_revolve_s_closed_form() {
+    for n in [10u32, 40, 97] {
+        let view = chain(n, 1, 1.0);
+        let stages = Stages::of(&view).unwrap();
+        for slots in 1..6u64 {
+            let rotor = Rotor::with_group(&view, &stages, slots, usize::MAX, true).unwrap();
+            let optimum = revolve::replays(n as u64, slots).unwrap();
+            assert_eq!(rotor.cost(), optimum as f64, "n {n}, {slots} slots");
+        }
+    }
+}
+
+/// The benchmark's recorded models at low budgets: the chain's plan is valid and `plan`
+/// keeps the cheaper of it and the portfolio's. Prints what each costs, in forward passes.
+#[test]
+fn recorded_models_at_low_budgets() {
+    let recorded = [
+        ("transformer", include_str!("views/transformer.view")),
+        ("mlp", include_str!("views/mlp.view")),
+        ("convnet", include_str!("views/convnet.view")),
+    ];
+    for (name, text) in recorded {
+        let view: GraphView = text.parse().unwrap();
+        let forward = view.forward_cost();
+        let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
+            .unwrap()
+            .peak_bytes;
+        let smallest = smallest_budget(&view);
+        let stages = Stages::of(&view);
+        eprintln!(
+            "{name}: {} stages, smallest {:.3} of keep-all (lean schedule {:.3})",
+            stages.as_ref().map_or(0, |s| s.len()),
+            smallest as f64 / all as f64,
+            crate::planner::min_feasible_budget(&view) as f64 / all as f64
+        );
+        for percent in [30u64, 20, 10, 5, 0] {
+            let budget = if percent == 0 {
+                smallest
+            } else {
+                (all * percent / 100).max(smallest)
+            };
+            let planned = simulate(&view, &plan(&view, budget).unwrap(), budget)
+                .unwrap()
+                .recompute_cost;
+            let chain = stages.as_ref().and_then(|s| {
+                let rotor = Rotor::new(&view, s, budget)?;
+                let schedule = rotor.schedule()?;
+                Some(simulate(&view, &schedule, budget).unwrap().recompute_cost)
+            });
+            assert!(chain.is_none_or(|c| planned <= c + 1e-6));
+            eprintln!(
+                "  {percent}%: plan {:.3} forward passes, chain DP {:?}",
+                planned / forward,
+                chain.map(|c| c / forward)
+            );
+        }
+    }
+}
