@@ -421,30 +421,28 @@ fn a_forward_only_loop_keeps_the_heap_flat() {
         }
         y
     };
-    let controls: [(&str, &dyn Fn(&[T]) -> T); 5] = [
-        ("SaveAll", &|p| {
-            remat::with_policy(Policy::SaveAll, || forward(p))
-        }),
-        ("Balanced", &|p| {
-            remat::with_policy(Policy::Balanced, || forward(p))
-        }),
-        ("RecomputeAll", &|p| {
-            remat::with_policy(Policy::RecomputeAll, || forward(p))
-        }),
-        ("a region", &|p| remat::checkpoint(|| forward(p))),
-        ("Budget", &|p| {
-            remat::with_policy(Policy::Budget(1 << 20), || forward(p))
-        }),
+    // `None`: a `checkpoint` region.
+    let controls = [
+        ("SaveAll", Some(Policy::SaveAll)),
+        ("Balanced", Some(Policy::Balanced)),
+        ("RecomputeAll", Some(Policy::RecomputeAll)),
+        ("a region", None),
+        ("Budget", Some(Policy::Budget(1 << 20))),
     ];
-    for (what, run) in controls {
+    for (what, control) in controls {
+        let run = || match &control {
+            Some(policy) => remat::with_policy(policy.clone(), || forward(&params)),
+            None => remat::checkpoint(|| forward(&params)),
+        };
         for _ in 0..100 {
-            drop(run(&params));
+            drop(run());
         }
         let start = live();
         for _ in 0..LOOPS {
-            drop(run(&params));
+            drop(run());
         }
         let grown = live() - start;
+        eprintln!("{what}: the heap grew by {grown} bytes over {LOOPS} forward-only iterations");
         assert!(
             grown.abs() <= ALLOWED,
             "{what}: the heap grew by {grown} bytes over {LOOPS} forward-only iterations"
