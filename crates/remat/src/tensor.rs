@@ -24,7 +24,7 @@ use std::sync::Arc;
 use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
 use burn_std::{DType, Shape};
 
-use burn_backend::distributed::DistributedParams;
+use burn_backend::distributed::{DistributedParamId, DistributedParams, TensorRef};
 
 use crate::grads::{GradKey, Gradients};
 use crate::graph::{GraphNode, Node, NodeId, NodeKind, PassHooks, ScheduledPass, backward};
@@ -198,11 +198,46 @@ impl<B: Backend> AutodiffTensor<B> {
             grads.register::<B>(id, grad);
         }
     }
+
+    /// Marks a parameter as distributed (Burn's `AutodiffTensor::grad_distributed`, what
+    /// `AutodiffBackend::set_distributed_params` does), in place: its gradient is
+    /// synchronised across devices after each backward pass, in the graphs that already read
+    /// it too (NOTE [distributed-backward] in `backend/distributed.rs`). Marking it again
+    /// replaces its parameters. An untracked tensor is returned unchanged (it has no gradient
+    /// to synchronise).
+    ///
+    /// # Panics
+    /// If the tensor is the output of a recorded op: only parameters can be distributed.
+    pub fn grad_distributed(self, param_id: DistributedParamId) -> Self {
+        match &self.node {
+            // A tensor that requires no gradient has nothing to synchronise; marking it must
+            // not make it require one.
+            None => {}
+            Some(node) if node.kind == NodeKind::Leaf => {
+                node.lock().distributed = Some(Box::new(DistributedParams { param_id }));
+            }
+            Some(node) => panic!(
+                "remat: set_distributed_params on the output of op `{}`; only parameters \
+                 (leaf tensors) can be distributed",
+                node.name
+            ),
+        }
+        self
+    }
+
+    /// The distributed parameters of this tensor, if it is a distributed parameter.
+    pub(crate) fn distributed_params(&self) -> Option<DistributedParams> {
+        let node = self.node.as_ref()?;
+        if node.kind != NodeKind::Leaf {
+            return None;
+        }
+        node.lock().distributed.as_deref().cloned()
+    }
 }
 
 /// What the layers above the graph give a backward pass on inner backend `B`: the budget's
-/// schedule (`checkpoint/pass.rs`) and the distributed leaves' gradient submission
-/// (`backend/distributed.rs`).
+/// schedule (`checkpoint/pass.rs`) and the distributed leaves' gradient submission (NOTE
+/// [distributed-backward] in `backend/distributed.rs`).
 struct Hooks<B>(core::marker::PhantomData<fn() -> B>);
 
 impl<B: Backend> PassHooks for Hooks<B> {
@@ -210,8 +245,11 @@ impl<B: Backend> PassHooks for Hooks<B> {
         crate::checkpoint::pass::schedule(order)
     }
 
+    /// Submits the complete gradient of a distributed leaf for synchronisation.
     fn leaf_gradient(&mut self, leaf: NodeId, params: &DistributedParams, grads: &mut Gradients) {
-        crate::backend::submit_leaf_gradient::<B>(leaf, params, grads);
+        if let Some(grad) = grads.get_mut::<B>(leaf) {
+            B::submit_gradient_sync(TensorRef(grad as *mut FloatTensor<B>), params.clone());
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! The engine's layers (ARCHITECTURE.md, "Layers"), checked on the sources: a module names
-//! only the layers below it. Code only: comments and doc comments are not dependencies.
+//! The engine's layers (ARCHITECTURE.md, "Layers"), checked on the sources: each module
+//! names only the modules its layer allows, which all sit below it, and no two modules name
+//! each other. Code only: comments and doc comments are not dependencies.
 
 use std::path::{Path, PathBuf};
 
@@ -69,72 +70,236 @@ fn crate_paths(file: &Path) -> Vec<(usize, String)> {
     out
 }
 
-/// The paths under `layer` (relative to `src/`) that name something `allowed` does not
-/// allow, as `file:line: crate::path` lines.
-fn violations(layer: &str, allowed: impl Fn(&str) -> bool) -> Vec<String> {
-    let root = src();
-    let mut out = Vec::new();
-    for file in sources(&root.join(layer)) {
-        for (line, path) in crate_paths(&file) {
-            if !allowed(&path) {
-                let name = file.strip_prefix(&root).unwrap_or(&file).display();
-                out.push(format!("src/{name}:{line}: crate::{path}"));
-            }
-        }
-    }
-    out
-}
-
 /// Whether `path` (after `crate::`) is `module` or inside it.
 fn under(path: &str, module: &str) -> bool {
     path == module || path.starts_with(&format!("{module}::"))
 }
 
-/// The bottom utilities every layer may use: they name nothing else of the crate.
-const BOTTOM: [&str; 2] = ["stats::registry", "active"];
+/// The engine's modules, as the layers see them (ARCHITECTURE.md, "Layers"), each with the
+/// source it covers (relative to `src/`, a file or a folder) and the modules it may name
+/// besides itself. Bottom first; every module names only modules listed before it, so the
+/// table itself has no cycle (`the_allowed_imports_have_no_cycle`).
+const MODULES: [(&str, &str, &[&str]); 10] = [
+    // The bottom utilities: the counting part of the statistics, and is_active().
+    ("active", "active.rs", &[]),
+    ("stats::registry", "stats/registry.rs", &[]),
+    // The graph, the op trait, retrieval, Gradients, the traversal.
+    ("graph", "graph", &["active", "stats::registry"]),
+    // `src/grads.rs` re-exports graph/grads.rs at Burn's path.
+    ("grads", "grads.rs", &["graph"]),
+    // Tensor-free planning: names nothing of the engine.
+    ("planner", "planner", &[]),
+    // Decisions and the budget's engine side (FIXME [stats-checkpoint-cycle] below).
+    (
+        "checkpoint",
+        "checkpoint",
+        &["active", "stats::registry", "graph", "grads", "planner"],
+    ),
+    // The float tensor primitive; it gives backward its hooks.
+    (
+        "tensor",
+        "tensor.rs",
+        &["active", "stats::registry", "graph", "grads", "checkpoint"],
+    ),
+    // The op families and the one recording site.
+    (
+        "ops",
+        "ops",
+        &[
+            "active",
+            "stats::registry",
+            "graph",
+            "grads",
+            "planner",
+            "checkpoint",
+            "tensor",
+        ],
+    ),
+    // Burn's traits, over the op families.
+    (
+        "backend",
+        "backend",
+        &[
+            "active",
+            "stats::registry",
+            "graph",
+            "grads",
+            "checkpoint",
+            "tensor",
+            "ops",
+        ],
+    ),
+    // The reports: stats(), saved_values(); they ask the budget what ran.
+    (
+        "stats",
+        "stats/mod.rs",
+        &[
+            "active",
+            "stats::registry",
+            "graph",
+            "grads",
+            "planner",
+            "checkpoint",
+        ],
+    ),
+];
+
+/// FIXME [stats-checkpoint-cycle]: the budget (`checkpoint/budget.rs`) names these items of
+/// the reports (`stats/mod.rs`), which name the budget back (`checkpoint::budget::dropped`,
+/// `last_budget`): the one cycle left between modules. Moving `DroppedValue` and
+/// `format_bytes` to a module below both (issue 20, item 2) removes it; then empty this list.
+const STATS_CHECKPOINT_CYCLE: [&str; 2] = ["stats::DroppedValue", "stats::format_bytes"];
+
+/// The module a `crate::` path names: its first segment, except that `stats::registry` and
+/// the registry's re-exports are the bottom utility, and the crate root's re-exports are
+/// their modules'. `None` for a root item this table does not know.
+fn module_of(path: &str) -> Option<&'static str> {
+    if under(path, "stats::registry") || under(path, "stats::KeepReason") {
+        return Some("stats::registry");
+    }
+    if under(path, "is_active") {
+        return Some("active");
+    }
+    let first = path.split("::").next().unwrap_or(path);
+    MODULES
+        .iter()
+        .map(|(name, _, _)| *name)
+        .find(|name| *name == first)
+}
+
+/// Every module's `crate::` paths, as (module named, `file:line: crate::path`).
+fn names_of(module: &str) -> Vec<(Option<&'static str>, String)> {
+    let (_, source, _) = MODULES
+        .iter()
+        .find(|(name, _, _)| *name == module)
+        .expect("a module of the table");
+    let root = src();
+    let mut out = Vec::new();
+    for file in sources(&root.join(source)) {
+        for (line, path) in crate_paths(&file) {
+            let name = file.strip_prefix(&root).unwrap_or(&file).display();
+            out.push((
+                module_of(&path),
+                format!("src/{name}:{line}: crate::{path}"),
+            ));
+        }
+    }
+    out
+}
 
 #[test]
-fn the_bottom_utilities_name_nothing_else() {
-    let mut found = violations("stats/registry.rs", |p| under(p, "stats::registry"));
-    found.extend(violations("active.rs", |p| under(p, "active")));
+fn every_module_names_only_what_its_layer_allows() {
+    let mut found = Vec::new();
+    for (module, _, allowed) in MODULES {
+        for (named, at) in names_of(module) {
+            let fine = match named {
+                Some(named) => named == module || allowed.contains(&named),
+                None => false,
+            };
+            let pinned = module == "checkpoint"
+                && STATS_CHECKPOINT_CYCLE
+                    .iter()
+                    .any(|p| at.ends_with(&format!("crate::{p}")));
+            if !fine && !pinned {
+                found.push(format!("{module} (may name {allowed:?}): {at}"));
+            }
+        }
+    }
     assert!(
         found.is_empty(),
-        "bottom utilities import upward:\n{}",
+        "a module names a module its layer does not allow (ARCHITECTURE.md, \"Layers\"; a \
+         root item unknown to `module_of` counts too):\n{}",
         found.join("\n")
     );
 }
 
+/// The scan covers every source file of the crate but `lib.rs` (crate docs and re-exports,
+/// which may name everything).
 #[test]
-fn the_graph_names_only_itself_and_the_bottom_utilities() {
-    let found = violations("graph", |p| {
-        under(p, "graph") || BOTTOM.iter().any(|m| under(p, m))
-    });
-    assert!(
-        found.is_empty(),
-        "graph/ imports a layer above it (it may name only graph and {BOTTOM:?}):\n{}",
-        found.join("\n")
-    );
+fn the_table_covers_every_source_file() {
+    let root = src();
+    let covered: Vec<PathBuf> = MODULES
+        .iter()
+        .flat_map(|(_, source, _)| sources(&root.join(source)))
+        .collect();
+    let missing: Vec<String> = sources(&root)
+        .into_iter()
+        .filter(|file| !file.ends_with("lib.rs") && !covered.contains(file))
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(missing.is_empty(), "sources no module covers: {missing:?}");
 }
 
 #[test]
-fn the_planner_names_nothing_of_the_engine() {
-    let found = violations("planner", |p| under(p, "planner"));
-    assert!(
-        found.is_empty(),
-        "planner/ names the engine (it sees no tensor and no node):\n{}",
-        found.join("\n")
+fn the_allowed_imports_have_no_cycle() {
+    for (at, (module, _, allowed)) in MODULES.iter().enumerate() {
+        for named in *allowed {
+            let below = MODULES[..at].iter().any(|(name, _, _)| name == named);
+            assert!(below, "{module} may name {named}, which is not below it");
+        }
+    }
+}
+
+/// The module graph the sources make (who names whom) has no cycle but the pinned one.
+#[test]
+fn no_two_modules_name_each_other() {
+    let mut edges = Vec::new();
+    for (module, _, _) in MODULES {
+        for (named, _) in names_of(module) {
+            if let Some(named) = named
+                && named != module
+                && !edges.contains(&(module, named))
+            {
+                edges.push((module, named));
+            }
+        }
+    }
+    let mut cycles: Vec<String> = edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(*b, *a)))
+        .map(|(a, b)| format!("{a} <-> {b}"))
+        .collect();
+    cycles.sort();
+    // FIXME [stats-checkpoint-cycle]: the one cycle left.
+    assert_eq!(
+        cycles,
+        ["checkpoint <-> stats"],
+        "modules that name each other"
     );
 }
 
+/// The only `unsafe` code is in the distributed hooks, where Burn's contracts require it
+/// (ARCHITECTURE.md, "Architecture invariants"); no `unsafe impl Send/Sync` anywhere.
 #[test]
-fn the_decisions_name_no_recording_backend_or_tensor() {
-    let found = violations("checkpoint", |p| {
-        !["ops", "backend", "tensor"].iter().any(|m| under(p, m))
-    });
+fn unsafe_code_is_only_in_the_distributed_hooks() {
+    let root = src();
+    let mut found = Vec::new();
+    let mut in_hooks = 0;
+    for file in sources(&root) {
+        let text = std::fs::read_to_string(&file).expect("a source file is readable");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.find("//").map_or(line, |at| &line[..at]);
+            let words = code.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+            if !words.into_iter().any(|w| w == "unsafe") {
+                continue;
+            }
+            if file.ends_with("backend/distributed.rs") && !code.contains("unsafe impl") {
+                in_hooks += 1;
+            } else {
+                let name = file.strip_prefix(&root).unwrap_or(&file).display();
+                found.push(format!("src/{name}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
     assert!(
         found.is_empty(),
-        "checkpoint/ imports the recording layer or above:\n{}",
+        "unsafe code outside the distributed hooks:\n{}",
         found.join("\n")
+    );
+    // The scan sees the hooks' own blocks (so it would see others).
+    assert!(
+        in_hooks > 0,
+        "no unsafe found in backend/distributed.rs: is the scan broken?"
     );
 }
 

@@ -26,17 +26,14 @@
 //! overlap the steps in between.
 
 use burn_backend::distributed::{
-    CollectiveTensor, DistributedOps, DistributedParamId, DistributedParams, ReduceOperation,
-    TensorRef,
+    CollectiveTensor, DistributedOps, DistributedParams, ReduceOperation, TensorRef,
 };
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DeviceId};
 
 use crate::backend::Autodiff;
 use crate::checkpoint::strategy::CheckpointStrategy;
-use crate::grads::Gradients;
 use crate::graph::{Cost, OpInfo};
-use crate::graph::{NodeId, NodeKind};
 use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::ops::record::record_unread;
 use crate::tensor::AutodiffTensor;
@@ -131,53 +128,5 @@ impl<B: Backend> Rule<B> for AllReduce {
 
     fn replayable(&self) -> bool {
         false
-    }
-}
-
-/// Marks a parameter (a leaf that requires a gradient) as distributed, in place: the graphs
-/// that already read the leaf synchronise its gradient too (NOTE [distributed-backward]).
-/// Marking it again replaces its parameters.
-///
-/// An untracked tensor is returned unchanged (it has no gradient to synchronise).
-///
-/// # Panics
-/// If the tensor is the output of a recorded op: only parameters can be distributed.
-pub(crate) fn set_params<B: Backend>(
-    tensor: AutodiffTensor<B>,
-    param_id: DistributedParamId,
-) -> AutodiffTensor<B> {
-    match &tensor.node {
-        // A tensor that requires no gradient has nothing to synchronise; marking it must
-        // not make it require one.
-        None => {}
-        Some(node) if node.kind == NodeKind::Leaf => {
-            node.lock().distributed = Some(Box::new(DistributedParams { param_id }));
-        }
-        Some(node) => panic!(
-            "remat: set_distributed_params on the output of op `{}`; only parameters (leaf \
-             tensors) can be distributed",
-            node.name
-        ),
-    }
-    tensor
-}
-
-/// The distributed parameters of a tensor, if it is a distributed parameter.
-pub(crate) fn params<B: Backend>(tensor: &AutodiffTensor<B>) -> Option<DistributedParams> {
-    let node = tensor.node.as_ref()?;
-    if node.kind != NodeKind::Leaf {
-        return None;
-    }
-    node.lock().distributed.as_deref().cloned()
-}
-
-/// Submits the complete gradient of a distributed leaf for synchronisation.
-pub(crate) fn submit_leaf_gradient<B: Backend>(
-    id: NodeId,
-    params: &DistributedParams,
-    grads: &mut Gradients,
-) {
-    if let Some(grad) = grads.get_mut::<B>(id) {
-        B::submit_gradient_sync(TensorRef(grad as *mut FloatTensor<B>), params.clone());
     }
 }

@@ -2,6 +2,7 @@
 //! methods whose result carries no gradient (comparisons, arg-reductions, data movement in
 //! and out) run on the inner backend directly.
 
+use burn_backend::ops::grid_sample::float_grid_sample_2d_ref;
 use burn_backend::ops::{FloatTensorOps, GridSampleOptions};
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
 use burn_backend::{Backend, Distribution, ExecutionError, Scalar, TensorData};
@@ -643,12 +644,17 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
         B::float_argsort(tensor.primitive, dim, descending, out_dtype)
     }
 
+    /// Bilinear grid sampling, composed of this backend's differentiable ops: Burn's
+    /// reference decomposition (`float_grid_sample_2d_ref`, which Burn's autodiff also uses)
+    /// runs on `Autodiff` itself, each step recording its own rule, so the gradients for
+    /// `tensor` and `grid` follow. Like that reference, only bilinear interpolation is
+    /// supported (it panics for other modes).
     fn float_grid_sample_2d(
         tensor: FloatTensor<Self>,
         grid: FloatTensor<Self>,
         options: GridSampleOptions,
     ) -> FloatTensor<Self> {
-        index::grid_sample_2d(C::BALANCED, tensor, grid, options)
+        float_grid_sample_2d_ref::<Self>(tensor, grid, options)
     }
 
     fn float_unfold(

@@ -9,12 +9,12 @@
 mod activation;
 mod bool;
 mod distributed;
-pub(crate) use distributed::{set_params, submit_leaf_gradient};
 mod float;
 mod int;
 mod module;
 mod qtensor;
 mod transaction;
+mod transfer;
 
 use core::marker::PhantomData;
 
@@ -196,14 +196,14 @@ impl<B: Backend, C: CheckpointStrategy> AutodiffBackend for Autodiff<B, C> {
         tensor: FloatTensor<Self>,
         param_id: DistributedParamId,
     ) -> FloatTensor<Self> {
-        distributed::set_params(tensor, param_id)
+        tensor.grad_distributed(param_id)
     }
 
     fn distributed_params(tensor: &FloatTensor<Self>) -> Option<DistributedParams> {
-        distributed::params(tensor)
+        tensor.distributed_params()
     }
 
     fn is_distributed(tensor: &FloatTensor<Self>) -> bool {
-        distributed::params(tensor).is_some()
+        tensor.distributed_params().is_some()
     }
 }

@@ -1,8 +1,9 @@
 //! The budget's hooks in a backward pass: the [`ScheduledPass`] that carries out the plan
 //! `budget::plan_pass` makes (NOTE \[budget\] in `checkpoint/budget.rs`).
 //!
-//! The graph's traversal (`graph/backward.rs`) knows nothing of budgets: it asks
-//! [`schedule`] once its nodes are ordered, and runs the answer node by node.
+//! The graph's traversal (`graph/backward.rs`) does not name the budget: it asks
+//! [`schedule`] once its nodes are ordered, and runs the answer node by node (the nodes
+//! themselves know the budget's rules: ARCHITECTURE.md, "Layers").
 //!
 //! # Invariants
 //! - A pass is scheduled exactly when one of its nodes was recorded under a budget.

@@ -148,16 +148,6 @@ impl<B: Backend> AutodiffTensor<B> {
     pub fn primitive(&self) -> &FloatTensor<B> {
         &self.primitive
     }
-
-    /// Marks a parameter as distributed (Burn's `AutodiffTensor::grad_distributed`, what
-    /// `AutodiffBackend::set_distributed_params` does): its gradient is synchronised across
-    /// devices after each backward pass. An untracked tensor is returned unchanged.
-    ///
-    /// # Panics
-    /// If the tensor is the output of a recorded op: only parameters can be distributed.
-    pub fn grad_distributed(self, param_id: burn_backend::distributed::DistributedParamId) -> Self {
-        crate::backend::set_params(self, param_id)
-    }
 }
 
 /// The state of a custom op in its backward step: its parents (`None` for those that need no

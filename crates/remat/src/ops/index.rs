@@ -1,6 +1,7 @@
 //! Indexing ops: reads at indices (gather, select, gather_nd, slice, mask_select), updates at
 //! indices (scatter, select_assign, scatter_nd, slice_assign), masking (mask_where,
-//! mask_fill) and grid sampling.
+//! mask_fill). Grid sampling has no rule of its own: `backend/float.rs` composes it of the
+//! backend's differentiable ops.
 //!
 //! Indices, masks and slices are not float values: rules store them. Reads and updates at
 //! indices are [`Cost::Cheap`], `slice` is [`Cost::Alias`].
@@ -11,8 +12,6 @@
 //! - `Mul` updates assume unique indices (as Burn's autodiff does); `Min`/`Max` updates
 //!   compare inputs with the output, so ties pass the gradient to every winner.
 
-use burn_backend::ops::GridSampleOptions;
-use burn_backend::ops::grid_sample::float_grid_sample_2d_ref;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend, TensorMetadata, get_or_init_device_settings};
 use burn_std::{IndexingUpdateOp, Scalar, Shape, Slice};
@@ -21,8 +20,6 @@ use smallvec::smallvec;
 use super::common::{bool_dtype, scalar, unbroadcast};
 use super::record::record;
 use super::unary::{take1, take2};
-use crate::backend::Autodiff;
-use crate::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
 use crate::graph::{Cost, OpInfo};
 use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
 use crate::tensor::AutodiffTensor;
@@ -250,28 +247,6 @@ pub(crate) async fn mask_select<B: Backend>(
     let indices = B::int_reshape(positions, Shape::new([count]));
     let rule = Masked::Select { indices, from };
     record(rule, smallvec![tensor], balanced)
-}
-
-/// Bilinear grid sampling, composed of the differentiable ops of this backend.
-///
-/// Burn's reference decomposition (`float_grid_sample_2d_ref`, which Burn's autodiff also
-/// uses) is run on [`Autodiff`] itself: each step records its own rule, so the gradients
-/// for `tensor` and `grid` follow. Like that reference, only bilinear interpolation is
-/// supported.
-///
-/// # Panics
-/// For interpolation modes other than bilinear (in Burn's reference implementation).
-pub(crate) fn grid_sample_2d<B: Backend>(
-    balanced: bool,
-    tensor: AutodiffTensor<B>,
-    grid: AutodiffTensor<B>,
-    options: GridSampleOptions,
-) -> AutodiffTensor<B> {
-    if balanced {
-        float_grid_sample_2d_ref::<Autodiff<B, BalancedCheckpointing>>(tensor, grid, options)
-    } else {
-        float_grid_sample_2d_ref::<Autodiff<B, NoCheckpointing>>(tensor, grid, options)
-    }
 }
 
 impl<B: Backend> Rule<B> for Read<B> {

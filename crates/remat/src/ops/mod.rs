@@ -1,5 +1,9 @@
-//! Op families. Each file describes its ops once, as rules (see `rule`): forward, what the
-//! backward reads, the backward itself, and the cost class.
+//! Op families. Each file describes its ops once, as rules (the `Rule` trait of
+//! `graph/op.rs`): forward, what the backward reads, the backward itself, and the cost class. `record.rs` is the one place an op is recorded (facts -> `checkpoint::decide`
+//! -> the graph).
+//!
+//! The op families name the graph, the decisions and the tensor wrapper, never `backend/`:
+//! `backend/` calls into them (`crates/remat/tests/layers.rs`).
 //!
 //! # Invariants
 //! - Rules never store tensors they read in backward: saved values go through the engine
@@ -21,7 +25,7 @@ pub(crate) mod pool;
 pub(crate) mod record;
 pub(crate) mod reduce;
 pub(crate) mod shape;
-mod transfer;
+pub(crate) mod transfer;
 pub(crate) mod unary;
 
 pub use transfer::DifferentiableTransfer;

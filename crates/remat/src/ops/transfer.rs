@@ -12,8 +12,6 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 
 use super::record::record_transfer;
-use crate::backend::Autodiff;
-use crate::checkpoint::strategy::CheckpointStrategy;
 use crate::graph::{Cost, OpInfo};
 use crate::graph::{GraphNode, Node};
 use crate::graph::{Reads, Rule, Tracked, Values, Vjp};
@@ -88,30 +86,30 @@ where
     }
 }
 
-impl<Src: Backend, C: CheckpointStrategy> Autodiff<Src, C> {
-    /// Moves `tensor` to `device` of inner backend `Dst`, differentiably: gradients flow back
-    /// to the source backend through `Adapter::backward`.
-    pub fn to_backend<Dst, Adapter>(
-        tensor: FloatTensor<Self>,
-        device: &Dst::Device,
-    ) -> FloatTensor<Autodiff<Dst, C>>
-    where
-        Dst: Backend,
-        Adapter: DifferentiableTransfer<Src, Dst>,
-    {
-        let AutodiffTensor {
-            primitive, node, ..
-        } = tensor;
-        let source_device = primitive.device();
-        let output = Adapter::forward(primitive, device);
-        let Some(parent) = node else {
-            return AutodiffTensor::new(output);
-        };
-        let rule = Transfer::<Src, Adapter> {
-            parent: Mutex::new(Some(parent)),
-            source_device,
-            _adapter: PhantomData,
-        };
-        record_transfer::<Dst, _>(rule, C::BALANCED, output)
-    }
+/// Moves `tensor` to `device` of inner backend `Dst`, differentiably: gradients flow back to
+/// the source backend through `Adapter::backward` (`Autodiff::to_backend`, in `backend/`).
+pub(crate) fn transfer<Src, Dst, Adapter>(
+    tensor: AutodiffTensor<Src>,
+    device: &Dst::Device,
+    balanced: bool,
+) -> AutodiffTensor<Dst>
+where
+    Src: Backend,
+    Dst: Backend,
+    Adapter: DifferentiableTransfer<Src, Dst>,
+{
+    let AutodiffTensor {
+        primitive, node, ..
+    } = tensor;
+    let source_device = primitive.device();
+    let output = Adapter::forward(primitive, device);
+    let Some(parent) = node else {
+        return AutodiffTensor::new(output);
+    };
+    let rule = Transfer::<Src, Adapter> {
+        parent: Mutex::new(Some(parent)),
+        source_device,
+        _adapter: PhantomData,
+    };
+    record_transfer::<Dst, _>(rule, balanced, output)
 }
