@@ -4,14 +4,30 @@
 //! inner backend (a GPU backend, or one that fuses ops lazily) the wall time around a call is
 //! only its launch: every op would look equally cheap, and the planner would rebuild a
 //! matmul as readily as an addition. So an op recorded under a budget is timed between two
-//! `Backend::sync` calls (free on a synchronous CPU backend), but only for its first
-//! [`SAMPLES`] runs per kind (the inner backend, the op's name, the bytes and count of its
-//! inputs) on the thread; afterwards its time is the median of those samples and no sync
-//! is made. A training loop therefore syncs only in its first step(s), and a recurring op
-//! costs the same in every view (equal ops must look equal for Revolve's path).
+//! `Backend::sync` calls (free on a synchronous CPU backend), but only for its first runs
+//! per kind (the inner backend, the op's name, the bytes and count of its inputs) on the
+//! thread: at most [`SAMPLES`], within a window (NOTE [timing-window]); afterwards its
+//! time is the lower median of those samples and no sync is made. A training loop therefore
+//! syncs only in its first two steps (a sync waits for the device: a GPU's queue must not
+//! be drained at every op), and a recurring op costs the same in every view (equal ops must
+//! look equal for Revolve's path).
 //!
-//! A thread remembers at most [`MAX_KINDS`] kinds (a model whose shapes vary step to step
-//! makes new kinds): past that, the table starts over.
+//! NOTE [timing-window]: a kind is timed on its first runs only while they come within two
+//! periods of its first run, a period being the gap (in timed runs of any kind on the
+//! thread) between its first and second runs. An op that runs once per training step is
+//! timed in steps 1 and 2 and never again, so from step 3 on a budget makes no sync for it;
+//! one that runs in every layer gets its samples (up to [`SAMPLES`]) in step 1. Its time is
+//! then the lower median of its samples: on a GPU backend the first run of a kind includes
+//! compiling its kernel (seconds on Mesa's llvmpipe), which the lower of two samples skips.
+//!
+//! NOTE [new-sizes]: a loop whose shapes change every step (variable sequence lengths) makes
+//! new kinds every step. Only the first [`SIZES`] sizes (input bytes) of an op (the inner
+//! backend, its name and number of inputs) are timed; a later size is estimated from them
+//! without a sync (linear between the two timed sizes around it, proportional beyond the
+//! smallest or largest), so such a loop stops syncing once every op has seen [`SIZES`]
+//! sizes. Replays likewise: the first [`SIZES`] output sizes of an op are timed, others
+//! are costed as their forward op. A thread remembers at most [`MAX_KINDS`] kinds: past
+//! that, the tables start over.
 //!
 //! NOTE [replay-times]: a replay does not always cost its op's forward time. A custom op's
 //! replay runs its `retro_forward`, which may cost anything; and a replay that cannot take
@@ -19,21 +35,27 @@
 //! and layer norm are several passes over their input, replays took 3x and 7x the forward
 //! pass's times before replays took the inputs they read last, NOTE \[hand-over\] in
 //! `budget.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So
-//! replays under a budget are timed too, the same way (between two syncs, the first
-//! [`SAMPLES`] per kind: the inner backend, the op's name and output bytes, as the planner's
-//! view tells ops apart), and where a kind has replay samples their median is the planner's
+//! replays under a budget are timed too, the same way (between two syncs, the first runs
+//! per kind within the window: the inner backend, the op's name and output bytes, as the
+//! planner's view tells ops apart), and where a kind has replay samples their lower median
+//! is the planner's
 //! cost for it: the plan made after the first step (which replays online) weighs what a
 //! replay really costs.
 //!
 //! # Invariants
-//! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it.
+//! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it, and at
+//!   most [`SIZES`] kinds timed per op (and per replayed op): a thread's syncs are bounded
+//!   by its op names, not by its steps or shapes.
 
 use std::any::TypeId;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 /// Timed runs per kind of op before its median is used.
 pub(crate) const SAMPLES: usize = 5;
+
+/// Sizes of one op timed before new sizes are estimated from them (NOTE [new-sizes]).
+pub(crate) const SIZES: usize = 4;
 
 /// Kinds a thread remembers (a few hundred bytes each).
 pub(crate) const MAX_KINDS: usize = 4096;
@@ -63,34 +85,176 @@ impl Kind {
             inputs: inputs as u32,
         }
     }
+
+    /// The op whatever its size (NOTE [new-sizes]).
+    fn op(&self) -> (TypeId, &'static str, u32) {
+        (self.backend, self.name, self.inputs)
+    }
 }
 
 /// What identifies a kind of replay: the inner backend, the op's name and its output bytes
 /// (as the planner's view tells ops apart).
 pub(crate) type ReplayKind = (TypeId, &'static str, u64);
 
-/// The samples of one kind, and their median once there are [`SAMPLES`].
-#[derive(Default)]
+/// The samples of one kind, and its time once they are complete (NOTE [timing-window]).
 struct Times {
     samples: Vec<f64>,
-    median: Option<f64>,
+    /// The thread's clock at the kind's first run.
+    first: u64,
+    /// Clock ticks between its first and second runs.
+    period: Option<u64>,
+    /// The lower median of the samples, once no more are taken.
+    settled: Option<f64>,
+}
+
+impl Times {
+    fn new(clock: u64) -> Self {
+        Self {
+            samples: Vec::new(),
+            first: clock,
+            period: None,
+            settled: None,
+        }
+    }
+
+    /// Whether this run of the kind (at `clock`) is to be timed; settles the kind's time
+    /// when it is not (NOTE [timing-window]).
+    fn wants(&mut self, clock: u64) -> bool {
+        if self.settled.is_some() {
+            return false;
+        }
+        if self.period.is_none() && clock > self.first {
+            self.period = Some(clock - self.first);
+        }
+        let in_window = self
+            .period
+            .is_none_or(|period| clock < self.first.saturating_add(2 * period));
+        if in_window && self.samples.len() < SAMPLES {
+            return true;
+        }
+        self.settled = self.time();
+        false
+    }
+
+    /// The lower median of the samples (the first run's kernel compilation skipped from two
+    /// samples on); `None` before any.
+    fn time(&self) -> Option<f64> {
+        if let Some(time) = self.settled {
+            return Some(time);
+        }
+        let mut sorted = self.samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(sorted.len().saturating_sub(1) / 2).copied()
+    }
+}
+
+/// The op times of one thread.
+struct Table<K, O> {
+    kinds: HashMap<K, Times>,
+    /// The sizes timed per op, at most [`SIZES`] each (NOTE [new-sizes]).
+    sizes: HashMap<O, Vec<(u64, K)>>,
+    /// Runs of any kind so far (NOTE [timing-window]).
+    clock: u64,
+}
+
+impl<K, O> Default for Table<K, O> {
+    fn default() -> Self {
+        Self {
+            kinds: HashMap::new(),
+            sizes: HashMap::new(),
+            clock: 0,
+        }
+    }
+}
+
+/// What a table says about a run of a kind.
+enum Run {
+    /// Time it (between syncs) and record the sample.
+    Time,
+    /// Do not time it; its time is known.
+    Known(f64),
+    /// Do not time it: an op past [`SIZES`] sizes, estimated (`Some`) or not (replays).
+    Untimed(Option<f64>),
+}
+
+impl<K: Copy + Eq + core::hash::Hash, O: Copy + Eq + core::hash::Hash> Table<K, O> {
+    /// Counts a run of `kind` (of `op`, of `bytes`) and says whether to time it.
+    fn run(&mut self, kind: K, op: O, bytes: u64) -> Run {
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some(times) = self.kinds.get_mut(&kind) {
+            return if times.wants(clock) {
+                Run::Time
+            } else {
+                Run::Known(times.time().unwrap_or(0.0))
+            };
+        }
+        let timed = self.sizes.get(&op).map_or(0, Vec::len);
+        if timed >= SIZES {
+            return Run::Untimed(self.estimate(op, bytes));
+        }
+        if self.kinds.len() >= MAX_KINDS {
+            self.kinds.clear();
+            self.sizes.clear();
+        }
+        self.kinds.insert(kind, Times::new(clock));
+        self.sizes.entry(op).or_default().push((bytes, kind));
+        Run::Time
+    }
+
+    /// Records a timed run's sample.
+    fn record(&mut self, kind: K, ns: f64) -> bool {
+        match self.kinds.get_mut(&kind) {
+            Some(times) if times.settled.is_none() && times.samples.len() < SAMPLES => {
+                times.samples.push(ns);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// An op's time at a size it was not timed at, from the sizes it was (NOTE [new-sizes]).
+    fn estimate(&self, op: O, bytes: u64) -> Option<f64> {
+        let mut points: Vec<(f64, f64)> = self
+            .sizes
+            .get(&op)?
+            .iter()
+            .filter_map(|(b, kind)| Some((*b as f64, self.kinds.get(kind)?.time()?)))
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let x = bytes as f64;
+        let below = points.iter().rev().find(|p| p.0 <= x).copied();
+        let above = points.iter().find(|p| p.0 >= x).copied();
+        let scaled = |(b, t): (f64, f64)| if b > 0.0 { t * x / b } else { t };
+        match (below, above) {
+            (Some(lo), Some(hi)) if hi.0 > lo.0 => {
+                Some(lo.1 + (hi.1 - lo.1) * (x - lo.0) / (hi.0 - lo.0))
+            }
+            (Some(p), Some(_)) => Some(p.1),
+            (Some(p), None) | (None, Some(p)) => Some(scaled(p)),
+            (None, None) => None,
+        }
+    }
 }
 
 thread_local! {
-    static TIMES: RefCell<HashMap<Kind, Times>> = RefCell::new(HashMap::new());
+    static TIMES: RefCell<Table<Kind, (TypeId, &'static str, u32)>> =
+        RefCell::new(Table::default());
 }
 
-/// The op's time: runs `forward`, timed between two `sync`s of `device` while the kind has
-/// fewer than [`SAMPLES`] samples, else untimed with the samples' median (computed once).
+/// The op's time: runs `forward`, timed between two `sync`s of `device` while the kind is
+/// still sampled (NOTE [timing-window]), else untimed with its known or estimated time
+/// (NOTE [new-sizes]).
 pub(crate) fn timed<D, T>(
     kind: Kind,
     device: Option<D>,
     sync: impl Fn(&D),
     forward: impl FnOnce() -> T,
 ) -> (T, f64) {
-    let known = TIMES.with(|t| t.borrow().get(&kind).and_then(|times| times.median));
-    if let Some(ns) = known {
-        return (forward(), ns);
+    let run = TIMES.with(|t| t.borrow_mut().run(kind, kind.op(), kind.input_bytes));
+    match run {
+        Run::Known(ns) | Run::Untimed(Some(ns)) => return (forward(), ns),
+        Run::Untimed(None) | Run::Time => {}
     }
     let sync = || {
         if let Some(device) = &device {
@@ -102,61 +266,120 @@ pub(crate) fn timed<D, T>(
     let out = forward();
     sync();
     let ns = start.elapsed().as_nanos() as f64;
-    TIMES.with(|t| {
-        let mut times = t.borrow_mut();
-        if times.len() >= MAX_KINDS && !times.contains_key(&kind) {
-            times.clear();
-        }
-        let entry = times.entry(kind).or_default();
-        entry.samples.push(ns);
-        if entry.samples.len() >= SAMPLES {
-            entry.samples.sort_by(f64::total_cmp);
-            entry.median = Some(entry.samples[entry.samples.len() / 2]);
-        }
-    });
+    TIMES.with(|t| t.borrow_mut().record(kind, ns));
     (out, ns)
 }
 
 thread_local! {
-    static REPLAYS: RefCell<HashMap<ReplayKind, Vec<f64>>> = RefCell::new(HashMap::new());
+    static REPLAYS: RefCell<Table<ReplayKind, (TypeId, &'static str)>> =
+        RefCell::new(Table::default());
     /// Replay samples this thread recorded, ever.
-    static REPLAY_SAMPLES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    static REPLAY_SAMPLES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// How many replay samples this thread recorded so far: unchanged, no kind's replay time
 /// changed.
 pub(crate) fn replay_samples() -> u64 {
-    REPLAY_SAMPLES.with(core::cell::Cell::get)
+    REPLAY_SAMPLES.with(Cell::get)
 }
 
-/// Whether the next replay of this kind is to be timed between syncs (NOTE
-/// [replay-times]): while the kind has fewer than [`SAMPLES`] samples.
+/// Counts a replay of this kind about to run, and says whether to time it between syncs
+/// (NOTE [replay-times]): while the kind is sampled (NOTE [timing-window]) and among the
+/// first [`SIZES`] sizes of its op (NOTE [new-sizes]). Called once per replay.
 pub(crate) fn replay_wanted(kind: ReplayKind) -> bool {
-    REPLAYS.with(|r| r.borrow().get(&kind).is_none_or(|s| s.len() < SAMPLES))
+    REPLAYS.with(|r| {
+        matches!(
+            r.borrow_mut().run(kind, (kind.0, kind.1), kind.2),
+            Run::Time
+        )
+    })
 }
 
 /// Records a timed replay of this kind.
 pub(crate) fn record_replay(kind: ReplayKind, ns: f64) {
-    REPLAYS.with(|r| {
-        let mut replays = r.borrow_mut();
-        if replays.len() >= MAX_KINDS && !replays.contains_key(&kind) {
-            replays.clear();
-        }
-        let samples = replays.entry(kind).or_default();
-        if samples.len() < SAMPLES {
-            samples.push(ns);
-            REPLAY_SAMPLES.with(|n| n.set(n.get() + 1));
-        }
-    });
+    if REPLAYS.with(|r| r.borrow_mut().record(kind, ns)) {
+        REPLAY_SAMPLES.with(|n| n.set(n.get() + 1));
+    }
 }
 
-/// The median of the kind's timed replays, if it has any (NOTE [replay-times]).
+/// The lower median of the kind's timed replays, if it has any (NOTE [replay-times]).
 pub(crate) fn replay_time(kind: ReplayKind) -> Option<f64> {
-    REPLAYS.with(|r| {
-        let replays = r.borrow();
-        let samples = replays.get(&kind).filter(|s| !s.is_empty())?;
-        let mut sorted = samples.clone();
-        sorted.sort_by(f64::total_cmp);
-        Some(sorted[sorted.len() / 2])
-    })
+    REPLAYS.with(|r| r.borrow().kinds.get(&kind)?.time())
+}
+
+/// Timed runs the thread's tables hold, for tests: `(op kinds, replay kinds)`.
+#[cfg(test)]
+fn kinds() -> (usize, usize) {
+    (
+        TIMES.with(|t| t.borrow().kinds.len()),
+        REPLAYS.with(|r| r.borrow().kinds.len()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(bytes: u64) -> Kind {
+        Kind::new(TypeId::of::<u8>(), "op", bytes, 1)
+    }
+
+    /// Runs `kind` once untimed-or-timed and returns whether it was timed.
+    fn run(kind: Kind) -> bool {
+        let timed = Cell::new(false);
+        let _ = super::timed(kind, Some(()), |_| timed.set(true), || ());
+        timed.get()
+    }
+
+    /// NOTE [timing-window]: once a step, a kind is timed in two steps; in every layer of a
+    /// step, up to [`SAMPLES`] times within two periods.
+    #[test]
+    fn a_kind_is_timed_within_two_periods_of_its_first_run() {
+        std::thread::spawn(|| {
+            let (once, other) = (kind(8), kind(16));
+            // One `once` and three `other`s a step.
+            let step = || [run(once), run(other), run(other), run(other)];
+            assert_eq!(step(), [true, true, true, false]);
+            assert_eq!(step(), [true, false, false, false]);
+            for _ in 0..5 {
+                assert_eq!(step(), [false; 4]);
+            }
+            assert_eq!(kinds().0, 2);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// NOTE [new-sizes]: past [`SIZES`] sizes of an op, a new size is estimated, not timed.
+    #[test]
+    fn an_op_is_timed_at_its_first_sizes_only() {
+        std::thread::spawn(|| {
+            for bytes in 1..=SIZES as u64 {
+                assert!(run(kind(bytes * 100)), "size {bytes} is timed");
+            }
+            for bytes in 100..200 {
+                assert!(!run(kind(bytes * 100)), "size {bytes} is not timed");
+            }
+            assert_eq!(kinds().0, SIZES);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Estimates: linear between timed sizes, proportional beyond them.
+    #[test]
+    fn a_new_size_is_estimated_from_the_timed_ones() {
+        let mut table: Table<u64, ()> = Table::default();
+        for (bytes, ns) in [(100, 10.0), (200, 30.0), (400, 50.0), (800, 90.0)] {
+            assert!(matches!(table.run(bytes, (), bytes), Run::Time));
+            assert!(table.record(bytes, ns));
+        }
+        let estimate = |table: &mut Table<u64, ()>, bytes| match table.run(bytes, (), bytes) {
+            Run::Untimed(Some(ns)) => ns,
+            _ => panic!("{bytes} bytes: not estimated"),
+        };
+        assert_eq!(estimate(&mut table, 300), 40.0);
+        assert_eq!(estimate(&mut table, 50), 5.0);
+        assert_eq!(estimate(&mut table, 1600), 180.0);
+    }
 }
