@@ -114,7 +114,8 @@ pub(crate) fn sub_view(view: &GraphView, start: u32, end: u32) -> GraphView {
     let order = view
         .step_order()
         .iter()
-        .filter_map(|s| (start..=end).contains(s).then(|| s - start))
+        .filter(|&s| (start..=end).contains(s))
+        .map(|s| s - start)
         .collect();
     GraphView::with_step_order(nodes, order)
         .expect("remat internal error: a stage of a valid view is a valid view")

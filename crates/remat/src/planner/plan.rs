@@ -206,7 +206,8 @@ pub(crate) fn plan_with(
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
     let chain_only = chain_planned && large;
-    if !(uniform_costs && best.cost().is_some()) && !chain_only {
+    let revolve_optimal = uniform_costs && best.cost().is_some();
+    if !revolve_optimal && !chain_only {
         let analysis = Arc::new(Analysis::new(view));
         let tier = Tier::of(view);
         let strategies = tier

@@ -866,7 +866,8 @@ enum Task {
 /// The leaf items of `stages` under `scale`.
 fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
     let width = scale.m_max + 1;
-    let mut curves: HashMap<u64, (Arc<[f64]>, Arc<[f64]>)> = HashMap::new();
+    type Curves = (Arc<[f64]>, Arc<[f64]>);
+    let mut curves: HashMap<u64, Curves> = HashMap::new();
     (0..stages.len())
         .map(|k| {
             let shape = stages.shape[k].clone();
