@@ -799,10 +799,14 @@ pub(crate) fn plan_pass(
     let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
         // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
         // this state; the online plan is abandoned once it replays more.
-        // NOTE [rotor] in `planner/rotor.rs`: on a chain of blocks, the chain's DP from
-        // this state with the held values dropped, when it replays less.
+        // NOTE [rotor] in `planner/rotor.rs`: on a long chain of blocks, the chain's DP from
+        // this state with the held values dropped, when it replays less (on a short one the
+        // online plan is near it, and the DP's tables would be planner memory held beside
+        // every kept value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
         let resumed = planner::revolve::resume(&view, held, budget);
-        let chain = planner::rotor::resume(&view, held, budget);
+        let chain = (view.len() > planner::rotor::LONG_CHAIN)
+            .then(|| planner::rotor::resume(&view, held, budget))
+            .flatten();
         let resumed = match (resumed, chain) {
             (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
             (r, c) => r.or(c),
