@@ -56,7 +56,7 @@ const PAIRED: usize = 6;
 /// A near-optimal schedule for `view` under `budget_bytes`; see the module docs.
 ///
 /// # Errors
-/// [`Error::Infeasible`] naming [`min_feasible_budget`] when no schedule the planner can make
+/// [`Error::Infeasible`] naming [`smallest_budget`] when no schedule the planner can make
 /// fits.
 pub fn plan(view: &GraphView, budget_bytes: u64) -> Result<Schedule, Error> {
     plan_counted(view, budget_bytes).map(|(schedule, _)| schedule)
