@@ -26,9 +26,11 @@ use super::{
     smallest_budget,
 };
 
-/// Past this many ops, a view planned as a chain of stages (NOTE \[rotor\]) skips the
-/// executor's portfolio (which runs one weighting there, seconds on such views).
-const CHAIN_ONLY_OPS: usize = 20_000;
+/// Past this many ops, a view with stages plans its chain first (NOTE \[rotor\]): the
+/// portfolio's runs there are then abandoned once they cost more. The portfolio still
+/// runs: on a long chain of small blocks the DP's memory units are coarse (a unit may hold
+/// many boundary values), and near keep-all the executor's plan is the better one.
+const CHAIN_FIRST_OPS: usize = 20_000;
 
 /// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
 /// larger values favour evicting what is read last.
@@ -197,17 +199,15 @@ pub(crate) fn plan_with(
         }
     }
     // A chain of stages (NOTE [rotor] in `rotor.rs`): the heterogeneous chain's optimum.
-    // On a large view it goes first, and its plan spares the portfolio; on a smaller one it
-    // goes last, when the portfolio's best still replays.
-    let large = view.len() > CHAIN_ONLY_OPS;
-    let mut chain_planned = false;
+    // On a large view it goes first (the portfolio's runs are then abandoned once they cost
+    // more); on a smaller one it goes last, when the portfolio's best still replays.
+    let large = view.len() > CHAIN_FIRST_OPS;
     if large && !(uniform_costs && best.cost().is_some()) {
-        chain_planned = chain_run(&mut best);
+        chain_run(&mut best);
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
-    let chain_only = chain_planned && large;
     let revolve_optimal = uniform_costs && best.cost().is_some();
-    if !revolve_optimal && !chain_only {
+    if !revolve_optimal {
         let analysis = Arc::new(Analysis::new(view));
         let tier = Tier::of(view);
         let strategies = tier
