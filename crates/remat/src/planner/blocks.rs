@@ -135,10 +135,19 @@ pub(crate) struct Inner {
     /// The same in the rev form: the stage's input held outside.
     pub(crate) rev_peak: u64,
     pub(crate) rev_cost: f64,
-    /// The nodes the rev form replays in its forward part, ascending, and after each
-    /// (by position in that list) the values it frees.
-    pub(crate) rev_replays: Vec<u32>,
-    pub(crate) rev_frees: Vec<Vec<u32>>,
+    /// The replays of the rev form's forward part (which rebuild what the plan keeps).
+    pub(crate) rev_forward: Replays,
+}
+
+/// A straight replay through a stage from its input: the nodes it replays, ascending, the
+/// values it frees after each (by position in that list, each after its last use), its cost
+/// and its peak bytes (without the input and constants).
+#[derive(Debug)]
+pub(crate) struct Replays {
+    pub(crate) replays: Vec<u32>,
+    pub(crate) frees: Vec<Vec<u32>>,
+    pub(crate) cost: f64,
+    pub(crate) peak: u64,
 }
 
 /// What the chain planner knows of one stage shape (shared by the stages with the same
@@ -150,16 +159,11 @@ pub(crate) struct Shape {
     pub(crate) boundary: u64,
     /// Constants held on the stage's edges.
     pub(crate) fixed: u64,
-    /// A straight replay from the input to the boundary: cost, the values it replays and
-    /// frees (as for [`Inner`]), and its peak without the input and constants; with the
-    /// input handed over to its last reader, its peak in a replay that runs through from
-    /// the stage before.
-    pub(crate) sweep_cost: f64,
-    pub(crate) sweep_replays: Vec<u32>,
-    pub(crate) sweep_frees: Vec<Vec<u32>>,
-    pub(crate) sweep_peak: u64,
+    /// A straight replay from the input to the boundary, and its peak with the input
+    /// handed over to its last reader (a replay that runs through from the stage before).
+    pub(crate) sweep: Replays,
     pub(crate) sweep_through_peak: u64,
-    /// The last position of `sweep_replays` whose replay reads the stage's input (`None`:
+    /// The last position of `sweep.replays` whose replay reads the stage's input (`None`:
     /// none does).
     pub(crate) input_last: Option<usize>,
     /// The inner plans, in no order (the first keeps all): the chain planner picks the
@@ -174,26 +178,18 @@ pub(crate) struct Shape {
 /// The rev form of an inner plan's forward part, the boundary kept too.
 #[derive(Debug)]
 pub(crate) struct Tape {
-    pub(crate) replays: Vec<u32>,
-    pub(crate) frees: Vec<Vec<u32>>,
-    pub(crate) cost: f64,
-    /// Peak bytes while replaying (no constants), and bytes held at the end.
-    pub(crate) peak: u64,
+    pub(crate) forward: Replays,
+    /// Bytes held at the end.
     pub(crate) bytes: u64,
 }
 
-/// The peak bytes of the replays of [`rev_forward`] when the stage's input (`input` bytes,
-/// read by the replays of the nodes marked in `reads_input`) is held when they start and
-/// freed as the last replay that reads it takes it (at once if none does): a straight
-/// replay through several stages hands each boundary over to the next stage this way.
-fn peak_with_input(
-    sub: &GraphView,
-    replays: &[u32],
-    frees: &[Vec<u32>],
-    input: u64,
-    reads_input: &[bool],
-) -> u64 {
+/// The peak bytes of `sweep` when the stage's input (`input` bytes, read by the replays of
+/// the nodes marked in `reads_input`) is held when it starts and freed as the last replay
+/// that reads it takes it (at once if none does): a straight replay through several stages
+/// hands each boundary over to the next stage this way.
+fn peak_with_input(sub: &GraphView, sweep: &Replays, input: u64, reads_input: &[bool]) -> u64 {
     let nodes = sub.nodes();
+    let (replays, frees) = (&sweep.replays, &sweep.frees);
     let last = replays.iter().rposition(|&i| reads_input[i as usize]);
     let mut held = if last.is_some() { input } else { 0 };
     let mut peak = held;
@@ -216,9 +212,8 @@ fn peak_with_input(
 }
 
 /// The replays that produce `wanted` (and what they read) in index order, each value freed
-/// after its last use unless it is wanted: returns the replays, the frees after each, the
-/// cost and the peak bytes (without the input and constants).
-fn rev_forward(sub: &GraphView, wanted: &[bool]) -> (Vec<u32>, Vec<Vec<u32>>, f64, u64) {
+/// after its last use unless it is wanted.
+fn rev_forward(sub: &GraphView, wanted: &[bool]) -> Replays {
     let n = sub.len();
     let nodes = sub.nodes();
     let mut needed = wanted.to_vec();
@@ -253,7 +248,12 @@ fn rev_forward(sub: &GraphView, wanted: &[bool]) -> (Vec<u32>, Vec<Vec<u32>>, f6
             held -= node.bytes;
         }
     }
-    (replays, frees, cost, peak)
+    Replays {
+        replays,
+        frees,
+        cost,
+        peak,
+    }
 }
 
 impl Inner {
@@ -275,17 +275,16 @@ impl Inner {
         let held_at_end: Vec<u32> = (0..sub.len() as u32)
             .filter(|&v| held[v as usize])
             .collect();
-        let (rev_replays, rev_frees, forward_cost, forward_peak) = rev_forward(sub, &held);
+        let rev_forward = rev_forward(sub, &held);
         let fixed: u64 = sub.nodes().iter().map(|n| n.fixed_bytes).sum();
         Some(Self {
             split,
             held_at_end,
             top_peak: outcome.peak_bytes,
             top_cost: outcome.recompute_cost,
-            rev_peak: outcome.peak_bytes.max(forward_peak + fixed),
-            rev_cost: outcome.recompute_cost + forward_cost,
-            rev_replays,
-            rev_frees,
+            rev_peak: outcome.peak_bytes.max(rev_forward.peak + fixed),
+            rev_cost: outcome.recompute_cost + rev_forward.cost,
+            rev_forward,
             schedule,
         })
     }
@@ -298,10 +297,9 @@ impl Shape {
         let nodes = sub.nodes();
         let mut wanted = vec![false; n];
         wanted[n - 1] = true;
-        let (sweep_replays, sweep_frees, sweep_cost, sweep_peak) = rev_forward(sub, &wanted);
-        let sweep_through_peak =
-            peak_with_input(sub, &sweep_replays, &sweep_frees, input_bytes, reads_input);
-        let input_last = sweep_replays.iter().rposition(|&i| reads_input[i as usize]);
+        let sweep = rev_forward(sub, &wanted);
+        let sweep_through_peak = peak_with_input(sub, &sweep, input_bytes, reads_input);
+        let input_last = sweep.replays.iter().rposition(|&i| reads_input[i as usize]);
         let keep_all = plan(sub, u64::MAX).expect("remat internal error: keep-all always fits");
         let mut inners = vec![Inner::new(sub, keep_all).expect("a plan passes simulate")];
         let all_bytes = inners[0].top_peak;
@@ -328,14 +326,9 @@ impl Shape {
                     wanted[v as usize] = true;
                 }
                 wanted[n - 1] = true;
-                let (replays, frees, cost, peak) = rev_forward(sub, &wanted);
-                let bytes = (0..n).filter(|&v| wanted[v]).map(|v| nodes[v].bytes).sum();
                 Tape {
-                    replays,
-                    frees,
-                    cost,
-                    peak,
-                    bytes,
+                    forward: rev_forward(sub, &wanted),
+                    bytes: (0..n).filter(|&v| wanted[v]).map(|v| nodes[v].bytes).sum(),
                 }
             })
             .collect();
@@ -343,10 +336,7 @@ impl Shape {
             len: n as u32,
             boundary: nodes[n - 1].bytes,
             fixed: nodes.iter().map(|n| n.fixed_bytes).sum(),
-            sweep_cost,
-            sweep_replays,
-            sweep_frees,
-            sweep_peak,
+            sweep,
             sweep_through_peak,
             input_last,
             inners,

@@ -39,7 +39,8 @@ impl SignatureHasher {
         Self { state: FNV_OFFSET }
     }
 
-    fn word(&mut self, word: u64) {
+    /// Adds one word (the chain planner hashes its groups' keys with it).
+    pub(crate) fn word(&mut self, word: u64) {
         for byte in word.to_le_bytes() {
             self.state ^= byte as u64;
             self.state = self.state.wrapping_mul(FNV_PRIME);

@@ -298,24 +298,22 @@ pub(crate) fn plan_with(
 
 /// The chain's plan (NOTE \[rotor\] in `rotor.rs`), when the view has stages: the DP's
 /// schedule, or near the smallest budget (where the DP's units round the room away) the
-/// lean chain schedule. Returns whether it became the best.
-fn chain_run(best: &mut Best<'_>) -> bool {
+/// lean chain schedule.
+fn chain_run(best: &mut Best<'_>) {
     let (view, budget) = (best.view, best.budget);
     let Some(stages) = rotor::stages_of(view) else {
-        return false;
+        return;
     };
     best.work.runs += 1;
-    let mut better = false;
     if let Some(rotor) = rotor::Rotor::new(view, &stages, budget)
         && let Some(schedule) = rotor.schedule()
     {
         best.work.units += schedule.len() as u64;
-        better = best.consider(schedule);
+        best.consider(schedule);
     }
     if best.cost().is_none() && budget >= rotor::min_budget(view, &stages) {
-        better = best.consider(rotor::lean_chain(view, &stages));
+        best.consider(rotor::lean_chain(view, &stages));
     }
-    better
 }
 
 /// One executor run of the portfolio: its schedule is considered, and it may start a search.

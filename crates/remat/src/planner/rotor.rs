@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::blocks::{Shape, Stages};
+use super::blocks::{Replays, Shape, Stages};
 use super::{Action, GraphView, Schedule};
 
 /// Views of more ops than this are long chains for the trade-off report (rows whose plans
@@ -272,11 +272,11 @@ fn tape_fits(shape: &Shape, k: usize, m: usize, rev: bool, scale: Scale) -> Opti
     let tape = scale.units(made.bytes);
     let backward = scale.units(inner.top_peak.saturating_sub(shape.fixed));
     let making = if rev {
-        scale.units(made.peak)
+        scale.units(made.forward.peak)
     } else {
         backward
     };
-    let cost = inner.top_cost + if rev { made.cost } else { 0.0 };
+    let cost = inner.top_cost + if rev { made.forward.cost } else { 0.0 };
     (tape <= m && making <= m && backward <= m).then_some((tape, cost))
 }
 
@@ -303,11 +303,16 @@ pub(crate) struct Rotor<'a> {
     view: &'a GraphView,
     stages: &'a Stages,
     scale: Scale,
-    root: Arc<Level>,
-    /// The chain as a run (NOTE \[rotor-run\]), when it repeats and is longer than a level.
-    run: Option<Run>,
+    solved: Solved,
     /// Room at the top, in units.
     room: usize,
+}
+
+/// How the chain was solved: levels of items (one, or grouped), or as a run when it
+/// repeats and is longer than a level (NOTE \[rotor-run\]).
+enum Solved {
+    Levels(Arc<Level>),
+    Run(Box<Run>),
 }
 
 /// Bytes of the view's constants.
@@ -373,89 +378,83 @@ impl<'a> Rotor<'a> {
         let run = (stages.len() > group)
             .then(|| Run::find(&stage_items(stages, scale), scale, lean))
             .flatten();
-        let root = if run.is_some() {
-            // Unused: the run is the plan.
-            Arc::new(Level::solve(
-                stage_items(stages, scale)[..2].to_vec(),
-                scale,
-            ))
-        } else {
-            build(stages, scale, group)
+        let solved = match run {
+            Some(run) => Solved::Run(Box::new(run)),
+            None => Solved::Levels(build(stages, scale, group)),
         };
         Some(Self {
             view,
             stages,
             scale,
             room: scale.within(room),
-            root,
-            run,
+            solved,
         })
+    }
+
+    /// The whole chain's task and its cost: in the forward-pass form (the step), or with
+    /// `lean` in the rev form (a backward pass from a state where nothing is held; `INF`
+    /// for a run solved without its lean tables, by [`Rotor::new`]).
+    fn root(&self, lean: bool) -> (Task, f64) {
+        let (scale, m) = (self.scale, self.room);
+        match &self.solved {
+            Solved::Run(run) => {
+                let table = if lean { T_HT } else { T_TH };
+                let task = Task::Run {
+                    table,
+                    l: run.k,
+                    first: 0,
+                    m,
+                };
+                (task, run.get(table, run.k, m, scale))
+            }
+            Solved::Levels(level) if lean => {
+                let t = level.n() - 1;
+                let cost = level.rev[level.rev_at(0, t, m, scale)];
+                let task = Task::Rev {
+                    level: level.clone(),
+                    base: 0,
+                    s: 0,
+                    t,
+                    m,
+                };
+                (task, cost)
+            }
+            Solved::Levels(level) => {
+                let cost = level.top[level.top_at(0, m, scale)];
+                let task = Task::Top {
+                    level: level.clone(),
+                    base: 0,
+                    s: 0,
+                    m,
+                };
+                (task, cost)
+            }
+        }
     }
 
     /// The replay cost of the best schedule (`INF` when none fits).
     pub(crate) fn cost(&self) -> f64 {
-        match &self.run {
-            Some(run) => run.get(T_TH, run.k, self.room, self.scale),
-            None => self.root.top[self.root.top_at(0, self.room, self.scale)],
-        }
-    }
-
-    /// The replay cost of the best backward pass from a state where nothing is held.
-    pub(crate) fn lean_cost(&self) -> f64 {
-        if let Some(run) = &self.run {
-            // INF when the run was solved without its lean tables (`Rotor::new`).
-            return run.get(T_HT, run.k, self.room, self.scale);
-        }
-        let t = self.root.n() - 1;
-        self.root.rev[self.root.rev_at(0, t, self.room, self.scale)]
+        self.root(false).1
     }
 
     /// The best schedule, or `None` when nothing fits.
     pub(crate) fn schedule(&self) -> Option<Schedule> {
-        if self.cost() == INF {
-            return None;
-        }
-        let mut out = Vec::new();
-        let task = match &self.run {
-            Some(run) => Task::Run {
-                table: T_TH,
-                l: run.k,
-                first: 0,
-                m: self.room,
-            },
-            None => Task::Top {
-                level: self.root.clone(),
-                base: 0,
-                s: 0,
-                m: self.room,
-            },
-        };
-        self.emit(vec![task], &mut out);
-        Some(Schedule::new(out))
+        self.emit_root(false, Vec::new())
     }
 
     /// A whole-step schedule whose forward pass keeps nothing, then the best backward pass
     /// from there: for a step whose forward pass already ran, the values it held dropped.
     pub(crate) fn lean_schedule(&self) -> Option<Schedule> {
-        if self.lean_cost() == INF {
+        let forward = (0..self.view.len() as u32).map(Action::Compute).collect();
+        self.emit_root(true, forward)
+    }
+
+    /// `out`, then the whole chain's task (see [`Rotor::root`]); `None` when it does not fit.
+    fn emit_root(&self, lean: bool, mut out: Vec<Action>) -> Option<Schedule> {
+        let (task, cost) = self.root(lean);
+        if cost == INF {
             return None;
         }
-        let mut out: Vec<Action> = (0..self.view.len() as u32).map(Action::Compute).collect();
-        let task = match &self.run {
-            Some(run) => Task::Run {
-                table: T_HT,
-                l: run.k,
-                first: 0,
-                m: self.room,
-            },
-            None => Task::Rev {
-                level: self.root.clone(),
-                base: 0,
-                s: 0,
-                t: self.root.n() - 1,
-                m: self.room,
-            },
-        };
         self.emit(vec![task], &mut out);
         Some(Schedule::new(out))
     }
@@ -474,10 +473,9 @@ impl<'a> Rotor<'a> {
                 Task::Free(v) => out.push(Action::Free(v)),
                 Task::Actions(actions) => out.extend(actions),
                 Task::Run { table, l, first, m } => {
-                    let run = self
-                        .run
-                        .as_ref()
-                        .expect("remat internal error: a run's task without a run");
+                    let Solved::Run(run) = &self.solved else {
+                        unreachable!("remat internal error: a run's task without a run")
+                    };
                     self.emit_run(run, table, l, first, m, &mut tasks, out);
                 }
                 Task::Rev {
@@ -510,20 +508,13 @@ impl<'a> Rotor<'a> {
                                 unreachable!("remat internal error: a tape is a stage's")
                             };
                             let k = (tape - TAPE) as usize;
-                            let stage = base + item.first;
-                            let start = self.stages.start[stage];
-                            let made = &shape.tapes[k];
-                            for (p, &i) in made.replays.iter().enumerate() {
-                                out.push(Action::Replay(start + i));
-                                out.extend(made.frees[p].iter().map(|&u| Action::Free(start + u)));
-                            }
-                            self.after_tape(&mut tasks, stage, shape, k);
+                            self.tape(base + item.first, shape, k, false, &mut tasks, out);
                             tasks.push(Task::Rev {
                                 level: level.clone(),
                                 base,
                                 s: s + 1,
                                 t,
-                                m: m - scale.units(made.bytes),
+                                m: m - scale.units(shape.tapes[k].bytes),
                             });
                         }
                         split => {
@@ -532,21 +523,21 @@ impl<'a> Rotor<'a> {
                             sweep(self.stages, stages.clone(), out);
                             let boundary = self.stages.end[stages.end - 1];
                             let room = (m + level.released(split, t, scale)).min(scale.m_max);
-                            tasks.push(Task::Rev {
-                                level: level.clone(),
-                                base,
-                                s,
-                                t: split - 1,
-                                m: room,
-                            });
-                            tasks.push(Task::Free(boundary));
-                            tasks.push(Task::Rev {
+                            let rest = Task::Rev {
                                 level: level.clone(),
                                 base,
                                 s: split,
                                 t,
                                 m: m - level.items[split - 1].boundary_units,
-                            });
+                            };
+                            let prefix = Task::Rev {
+                                level: level.clone(),
+                                base,
+                                s,
+                                t: split - 1,
+                                m: room,
+                            };
+                            push_split(&mut tasks, rest, boundary, prefix);
                         }
                     }
                 }
@@ -580,9 +571,7 @@ impl<'a> Rotor<'a> {
                                 unreachable!("remat internal error: a tape is a stage's")
                             };
                             let k = (tape - TAPE) as usize;
-                            let stage = base + item.first;
-                            self.tape_forward(stage, shape, k, out);
-                            self.after_tape(&mut tasks, stage, shape, k);
+                            self.tape(base + item.first, shape, k, true, &mut tasks, out);
                             tasks.push(Task::Top {
                                 level: level.clone(),
                                 base,
@@ -599,20 +588,20 @@ impl<'a> Rotor<'a> {
                             out.push(Action::Keep(boundary));
                             let n = level.n();
                             let room = (m + level.released(split, n - 1, scale)).min(scale.m_max);
-                            tasks.push(Task::Rev {
+                            let rest = Task::Top {
+                                level: level.clone(),
+                                base,
+                                s: split,
+                                m: m - level.items[split - 1].boundary_units,
+                            };
+                            let prefix = Task::Rev {
                                 level: level.clone(),
                                 base,
                                 s,
                                 t: split - 1,
                                 m: room,
-                            });
-                            tasks.push(Task::Free(boundary));
-                            tasks.push(Task::Top {
-                                level: level.clone(),
-                                base,
-                                s: split,
-                                m: m - level.items[split - 1].boundary_units,
-                            });
+                            };
+                            push_split(&mut tasks, rest, boundary, prefix);
                         }
                     }
                 }
@@ -697,19 +686,8 @@ impl<'a> Rotor<'a> {
             let tape = &run.tapes[(choice - RUN_TAPE) as usize];
             let first_stage = run.block_stage(first);
             for (i, shape) in tape.shapes.iter().enumerate() {
-                let stage = first_stage + i;
                 let k = tape.options[i];
-                if top_form(table) {
-                    self.tape_forward(stage, shape, k, out);
-                } else {
-                    let start = self.stages.start[stage];
-                    let made = &shape.tapes[k];
-                    for (p, &v) in made.replays.iter().enumerate() {
-                        out.push(Action::Replay(start + v));
-                        out.extend(made.frees[p].iter().map(|&u| Action::Free(start + u)));
-                    }
-                }
-                self.after_tape(tasks, stage, shape, k);
+                self.tape(first_stage + i, shape, k, top_form(table), tasks, out);
             }
             tasks.push(Task::Run {
                 table,
@@ -744,42 +722,63 @@ impl<'a> Rotor<'a> {
         }
         let fixed =
             (l - j) as u64 * run.block.fixed + if to_tail(table) { run.tail.fixed } else { 0 };
-        tasks.push(Task::Run {
+        let prefix = Task::Run {
             table: prefix_of(table),
             l: j,
             first,
             m: (m + (fixed / scale.unit) as usize).min(scale.m_max),
-        });
-        tasks.push(Task::Free(boundary));
-        tasks.push(rest);
+        };
+        push_split(tasks, rest, boundary, prefix);
     }
 
-    /// A tape's forward part in the forward pass: inner plan `k`'s own, the boundary kept.
-    fn tape_forward(&self, stage: usize, shape: &Shape, k: usize, out: &mut Vec<Action>) {
+    /// A stage's tape with its inner plan `k` (NOTE \[rotor\]): its forward part now (in
+    /// the forward pass, `top`: the plan's own, the boundary kept; else its rev form), and
+    /// pushed to run after the next stages, the boundary freed if only they read it, then
+    /// the plan's backward part.
+    fn tape(
+        &self,
+        stage: usize,
+        shape: &Shape,
+        k: usize,
+        top: bool,
+        tasks: &mut Vec<Task>,
+        out: &mut Vec<Action>,
+    ) {
         let start = self.stages.start[stage];
         let inner = &shape.inners[k];
-        let forward = &inner.schedule.actions()[..inner.split];
-        out.extend(forward.iter().map(|&a| offset(a, start)));
         let last = shape.len - 1;
-        if inner.held_at_end.binary_search(&last).is_err() {
-            out.push(Action::Keep(start + last));
+        let boundary_kept = inner.held_at_end.binary_search(&last).is_ok();
+        let (forward, backward) = inner.schedule.actions().split_at(inner.split);
+        if top {
+            out.extend(forward.iter().map(|&a| offset(a, start)));
+            if !boundary_kept {
+                out.push(Action::Keep(start + last));
+            }
+        } else {
+            replay(start, &shape.tapes[k].forward, out);
         }
-    }
-
-    /// After a tape's forward part: (pushed, so run after the next stages) free the
-    /// boundary if the tape kept it only for them, then inner plan `k`'s backward part.
-    fn after_tape(&self, tasks: &mut Vec<Task>, stage: usize, shape: &Shape, k: usize) {
-        let start = self.stages.start[stage];
-        let inner = &shape.inners[k];
-        let backward = inner.schedule.actions()[inner.split..]
-            .iter()
-            .map(|&a| offset(a, start))
-            .collect();
-        tasks.push(Task::Actions(backward));
-        let last = shape.len - 1;
-        if inner.held_at_end.binary_search(&last).is_err() {
+        tasks.push(Task::Actions(
+            backward.iter().map(|&a| offset(a, start)).collect(),
+        ));
+        if !boundary_kept {
             tasks.push(Task::Free(start + last));
         }
+    }
+}
+
+/// A split's tasks after its prefix ran up to `boundary` (kept): the `rest` from it, then
+/// the boundary freed, then the `prefix`'s own backward (pushed last first).
+fn push_split(tasks: &mut Vec<Task>, rest: Task, boundary: u32, prefix: Task) {
+    tasks.push(prefix);
+    tasks.push(Task::Free(boundary));
+    tasks.push(rest);
+}
+
+/// The actions of a straight replay through the stage whose first node is `start`.
+fn replay(start: u32, replays: &Replays, out: &mut Vec<Action>) {
+    for (p, &i) in replays.replays.iter().enumerate() {
+        out.push(Action::Replay(start + i));
+        out.extend(replays.frees[p].iter().map(|&u| Action::Free(start + u)));
     }
 }
 
@@ -787,10 +786,7 @@ impl<'a> Rotor<'a> {
 fn inner_rev(stages: &Stages, stage: usize, shape: &Shape, k: usize, out: &mut Vec<Action>) {
     let start = stages.start[stage];
     let inner = &shape.inners[k];
-    for (p, &i) in inner.rev_replays.iter().enumerate() {
-        out.push(Action::Replay(start + i));
-        out.extend(inner.rev_frees[p].iter().map(|&u| Action::Free(start + u)));
-    }
+    replay(start, &inner.rev_forward, out);
     out.extend(
         inner.schedule.actions()[inner.split..]
             .iter()
@@ -812,7 +808,7 @@ fn sweep(stages: &Stages, range: std::ops::Range<usize>, out: &mut Vec<Action>) 
         {
             out.push(Action::Free(input));
         }
-        for (k, &i) in shape.sweep_replays.iter().enumerate() {
+        for (k, &i) in shape.sweep.replays.iter().enumerate() {
             out.push(Action::Replay(start + i));
             if let Some(input) = input
                 && shape.input_last == Some(k)
@@ -820,7 +816,7 @@ fn sweep(stages: &Stages, range: std::ops::Range<usize>, out: &mut Vec<Action>) 
                 out.push(Action::Free(input));
             }
             out.extend(
-                shape.sweep_frees[k]
+                shape.sweep.frees[k]
                     .iter()
                     .map(|&u| Action::Free(start + u)),
             );
@@ -889,8 +885,8 @@ fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
                 boundary: shape.boundary,
                 boundary_units: scale.units(shape.boundary),
                 fixed: shape.fixed,
-                sweep_cost: shape.sweep_cost,
-                sweep_first: scale.units(shape.sweep_peak),
+                sweep_cost: shape.sweep.cost,
+                sweep_first: scale.units(shape.sweep.peak),
                 sweep_later: scale.units(shape.sweep_through_peak),
                 kind: Kind::Stage(shape),
                 rev,
@@ -961,16 +957,13 @@ fn group_item(chunk: &[Item], scale: Scale, solved: &mut HashMap<Vec<u64>, Arc<L
     }
 }
 
-/// A key for a group of items with these keys (FNV-1a).
+/// A key for a group of items with these keys (the signatures' hash).
 fn group_key(keys: &[u64]) -> u64 {
-    let mut state: u64 = 0xcbf2_9ce4_8422_2325 ^ 0x67;
-    for &k in keys {
-        for byte in k.to_le_bytes() {
-            state ^= byte as u64;
-            state = state.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+    let mut hasher = super::SignatureHasher::new();
+    for &key in keys {
+        hasher.word(key);
     }
-    state
+    hasher.prefix()
 }
 
 thread_local! {
@@ -1047,7 +1040,7 @@ pub(crate) fn min_budget(view: &GraphView, stages: &Stages) -> u64 {
             .unwrap_or(u64::MAX);
         need = need.max(sweep).max(input.saturating_add(inner));
         sweep = sweep.max(if k == 0 {
-            shape.sweep_peak
+            shape.sweep.peak
         } else {
             shape.sweep_through_peak
         });
@@ -1187,11 +1180,11 @@ impl BlockTape {
             let inner = &shape.inners[k];
             let made = &shape.tapes[k];
             let own = inner.top_peak.saturating_sub(shape.fixed);
-            making = making.max(held + made.peak);
+            making = making.max(held + made.forward.peak);
             top_making = top_making.max(held + own);
             backward = backward.max(held + own);
             held += made.bytes;
-            rev_cost += made.cost + inner.top_cost;
+            rev_cost += made.forward.cost + inner.top_cost;
             top_cost += inner.top_cost;
             options.push(k);
         }
