@@ -32,7 +32,7 @@ mod tensor;
 
 pub use active::is_active;
 pub use backend::Autodiff;
-pub use checkpoint::budget::tradeoff;
+pub use checkpoint::budget::{BudgetError, check_budget, tradeoff};
 pub use checkpoint::checkpoint;
 pub use checkpoint::policy::{
     ActivePolicy, Cost, Decision, OpInfo, Policy, PolicySource, Selector, policy, reset_policy,

@@ -112,6 +112,16 @@ fn a_budget_too_small_names_one_that_works() {
     // The budget it names works.
     let (_, peak, _) = remat::with_policy(Policy::Budget(min), || chain(30));
     assert!(peak <= min);
+    // The fallible check says the same, without a panic.
+    assert_eq!(remat::check_budget(min), Ok(()));
+    assert_eq!(remat::check_budget(u64::MAX), Ok(()));
+    assert_eq!(
+        remat::check_budget(min - 1),
+        Err(remat::BudgetError::TooSmall {
+            budget_bytes: min - 1,
+            min_budget_bytes: min
+        })
+    );
 }
 
 #[test]
@@ -352,6 +362,15 @@ fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
             && message.contains("remat::tradeoff()"),
         "{message}"
     );
+    // The fallible check knows what the forward pass needed at least.
+    let Err(remat::BudgetError::TooSmall {
+        min_budget_bytes: forward,
+        ..
+    }) = remat::check_budget(3 * VALUE)
+    else {
+        panic!("a forward pass stopped as too small: the check reports it");
+    };
+    assert!(forward > 3 * VALUE, "{forward}");
     // What it says to do works: one step unbounded, then the report's smallest budget.
     remat::with_policy(Policy::Budget(u64::MAX), || constants_chain(10));
     let min = remat::tradeoff().expect("a step ran").min_budget_bytes;
@@ -359,6 +378,7 @@ fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
     remat::reset_stats();
     remat::with_policy(Policy::Budget(min), || constants_chain(10));
     assert!(remat::stats().peak_bytes <= min);
+    assert_eq!(remat::check_budget(min), Ok(()));
 }
 
 /// Two graphs alive at once, each with its own backward (two losses, the second recorded

@@ -68,6 +68,9 @@ thread_local! {
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
     /// The view of the last pass under a budget run on this thread.
     static THREAD_VIEW: RefCell<Option<Arc<GraphView>>> = const { RefCell::new(None) };
+    /// What a forward pass under a budget was found to need when it stopped as too small
+    /// (see [`check_budget`]); 0 once a pass under a budget completes.
+    static FORWARD_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
     /// Plans for the steps this thread ran under a budget, by graph signature.
     static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
 }
@@ -538,6 +541,7 @@ fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
         format!(" (at op `{op}`, in the forward pass)")
     });
     if lower {
+        FORWARD_NEED.with(|need| need.set(need.get().max(min)));
         // The rest of the forward pass is not recorded yet: `min` may not be enough.
         panic!(
             "remat: Policy::Budget({budget}) is too small for this training step{at}: the \
@@ -1189,6 +1193,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
     if !completed {
         return;
     }
+    FORWARD_NEED.with(|need| need.set(0));
     SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         if let Some(session) = cell.as_mut() {
@@ -1213,8 +1218,110 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
 /// what [`Policy::SaveAll`](super::policy::Policy::SaveAll) keeps), print this, and set the
 /// budget whose extra compute you accept.
 pub fn tradeoff() -> Option<Tradeoff> {
-    let view = THREAD_VIEW
+    last_view().map(planner::tradeoff_shared)
+}
+
+/// The view of the last step run under a budget (see [`tradeoff`]).
+fn last_view() -> Option<Arc<GraphView>> {
+    THREAD_VIEW
         .with(|v| v.borrow().clone())
-        .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())?;
-    Some(planner::tradeoff_shared(view))
+        .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())
+}
+
+/// Why [`check_budget`] refused a budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BudgetError {
+    /// No training step has run backward under a [`Policy::Budget`] yet, so there is no
+    /// graph to check against: run one step under `Policy::Budget(u64::MAX)` (it keeps what
+    /// [`Policy::SaveAll`](super::policy::Policy::SaveAll) keeps) first.
+    ///
+    /// [`Policy::Budget`]: super::policy::Policy::Budget
+    NoStep,
+    /// The budget is below the smallest one the planner guarantees for that step.
+    TooSmall {
+        /// The budget asked about.
+        budget_bytes: u64,
+        /// The smallest budget that fits the step (the first row of [`tradeoff`]).
+        min_budget_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoStep => write!(
+                f,
+                "no training step has run under a Policy::Budget yet: run one under \
+                 Policy::Budget(u64::MAX) (it keeps what SaveAll keeps), then check a budget"
+            ),
+            Self::TooSmall {
+                budget_bytes,
+                min_budget_bytes,
+            } => write!(
+                f,
+                "Policy::Budget({budget_bytes}) is too small for the last training step: the \
+                 smallest budget it fits is {min_budget_bytes} bytes ({})",
+                crate::stats::format_bytes(*min_budget_bytes)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
+
+/// Whether `Policy::Budget(budget_bytes)` fits the last training step run under a budget
+/// (the step [`tradeoff`] reports on), without running it: `Ok` when the planner guarantees
+/// a schedule within it, so a step of the same graph under it will not panic as too small.
+///
+/// This is the fallible form of the check `backward()` makes (whose signature is Burn's, so
+/// it can only panic). It costs what finding the smallest budget costs (one lean schedule,
+/// and the chain's when the graph is one), not the whole trade-off table.
+///
+/// The step's graph is what its backward pass reached. A forward pass may also hold values
+/// of side computations that backward never reads (dropped before it); when a step under a
+/// budget stopped in its forward pass as too small (the panic that says "the rest of the
+/// forward pass is not recorded yet"), what it was found to need counts too, until a step
+/// under a budget completes.
+///
+/// # Errors
+/// [`BudgetError::NoStep`] before any step under a budget; [`BudgetError::TooSmall`], with
+/// the smallest budget that fits, when `budget_bytes` is below it.
+///
+/// ```
+/// use burn_flex::Flex;
+/// use burn_backend::{Backend, TensorData, ops::FloatTensorOps};
+/// use remat::{Autodiff, BudgetError, Policy, check_budget, with_policy};
+/// type B = Autodiff<Flex>;
+///
+/// let step = || {
+///     let x = B::float_from_data(TensorData::from([1.0f32, 2.0, 3.0]), &Default::default());
+///     let x = B::float_set_require_grad(x, true);
+///     let y = B::float_exp(B::float_sin(B::float_exp(x)));
+///     B::float_sum(y).backward()
+/// };
+/// with_policy(Policy::Budget(u64::MAX), step);
+/// let budget = match check_budget(1) {
+///     Ok(()) => 1,
+///     Err(BudgetError::TooSmall { min_budget_bytes, .. }) => min_budget_bytes,
+///     Err(e) => panic!("{e}"),
+/// };
+/// assert_eq!(check_budget(budget), Ok(()));
+/// with_policy(Policy::Budget(budget), step);
+/// ```
+pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
+    let forward = FORWARD_NEED.with(core::cell::Cell::get);
+    let graph = match last_view() {
+        Some(view) => planner::smallest_budget(&view),
+        None if forward > 0 => 0,
+        None => return Err(BudgetError::NoStep),
+    };
+    let min_budget_bytes = graph.max(forward);
+    if budget_bytes >= min_budget_bytes {
+        Ok(())
+    } else {
+        Err(BudgetError::TooSmall {
+            budget_bytes,
+            min_budget_bytes,
+        })
+    }
 }
