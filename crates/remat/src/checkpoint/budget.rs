@@ -68,9 +68,10 @@ thread_local! {
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
     /// The view of the last pass under a budget run on this thread.
     static THREAD_VIEW: RefCell<Option<Arc<GraphView>>> = const { RefCell::new(None) };
-    /// What a forward pass under a budget was found to need when it stopped as too small
-    /// (see [`check_budget`]); 0 once a pass under a budget completes.
-    static FORWARD_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// What a step under a budget was found to need when it stopped as too small, in its
+    /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
+    /// completes.
+    static FAILED_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
     /// Plans for the steps this thread ran under a budget, by graph signature.
     static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
 }
@@ -540,8 +541,8 @@ fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
     let at = op.map_or(String::new(), |op| {
         format!(" (at op `{op}`, in the forward pass)")
     });
+    FAILED_NEED.with(|need| need.set(need.get().max(min)));
     if lower {
-        FORWARD_NEED.with(|need| need.set(need.get().max(min)));
         // The rest of the forward pass is not recorded yet: `min` may not be enough.
         panic!(
             "remat: Policy::Budget({budget}) is too small for this training step{at}: the \
@@ -1193,7 +1194,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
     if !completed {
         return;
     }
-    FORWARD_NEED.with(|need| need.set(0));
+    FAILED_NEED.with(|need| need.set(0));
     SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         if let Some(session) = cell.as_mut() {
@@ -1278,10 +1279,11 @@ impl std::error::Error for BudgetError {}
 /// and the chain's when the graph is one), not the whole trade-off table.
 ///
 /// The step's graph is what its backward pass reached. A forward pass may also hold values
-/// of side computations that backward never reads (dropped before it); when a step under a
-/// budget stopped in its forward pass as too small (the panic that says "the rest of the
-/// forward pass is not recorded yet"), what it was found to need counts too, until a step
-/// under a budget completes.
+/// of side computations that backward never reads (dropped before it), and a program may
+/// run several graphs a step (gradient accumulation, a second loss), the last not the
+/// largest: when a step under a budget stopped as too small (in its forward pass, or at
+/// `backward()` on another graph), what it was found to need counts too, until a pass under
+/// a budget completes.
 ///
 /// # Errors
 /// [`BudgetError::NoStep`] before any step under a budget; [`BudgetError::TooSmall`], with
@@ -1309,7 +1311,7 @@ impl std::error::Error for BudgetError {}
 /// with_policy(Policy::Budget(budget), step);
 /// ```
 pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
-    let forward = FORWARD_NEED.with(core::cell::Cell::get);
+    let forward = FAILED_NEED.with(core::cell::Cell::get);
     let graph = match last_view() {
         Some(view) => planner::smallest_budget(&view),
         None if forward > 0 => 0,
