@@ -51,7 +51,8 @@ pub enum BudgetTarget {
     Unbounded,
     /// The per-layer regions' peak of held bytes (`remat::stats().peak_bytes`).
     RegionsPeak,
-    /// The smallest budget a "too small" panic named, for an infeasible point.
+    /// The smallest budget: `remat::tradeoff()`'s first row, or what `remat::check_budget`
+    /// reported for a point that was too small.
     Smallest,
 }
 

@@ -28,7 +28,7 @@
 //! budget below the engine's smallest panics naming one that works: the panic is caught in
 //! that first (untimed) step, the point recorded as infeasible, and the curve continued at the
 //! named budget (marked "raised to the smallest"). One step under `Budget(u64::MAX)` gives the
-//! planner's predicted curve (`remat::tradeoff()`).
+//! planner's predicted curve (`remat::tradeoff()`), and a last point at its smallest budget.
 
 mod alloc;
 mod engine;
@@ -231,11 +231,15 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
-/// The budget a "too small" panic names: the last `Policy::Budget(N)` in its message.
-fn named_budget(message: &str) -> Option<u64> {
-    let key = "Policy::Budget(";
-    let rest = &message[message.rfind(key)? + key.len()..];
-    rest[..rest.find(')')?].parse().ok()
+/// The smallest budget remat knows `bytes` falls short of, after a step under it stopped as
+/// too small (`remat::check_budget`, which counts what that step was found to need).
+fn named_budget(bytes: u64) -> Option<u64> {
+    match remat::check_budget(bytes) {
+        Err(remat::BudgetError::TooSmall {
+            min_budget_bytes, ..
+        }) => Some(min_budget_bytes),
+        _ => None,
+    }
 }
 
 /// Runs one untimed step, catching a panic (then its message is the error); the panic hook is
@@ -299,6 +303,7 @@ fn calibrate_budgets(
         eprintln!("   planner view written to {}", path.display());
     }
     let view = tradeoff.as_ref().map(|t| t.view.clone());
+    let smallest = tradeoff.as_ref().map(|t| t.min_budget_bytes);
     let planner = tradeoff.map(|t| PlannerCurve::from_tradeoff(&t));
     prepared.push((unbounded, run, Some(u64::MAX)));
     let mut info = BudgetInfo::new(BudgetTarget::Unbounded, None, u64::MAX);
@@ -319,6 +324,10 @@ fn calibrate_budgets(
         .collect();
     if let Some(r) = regions_peak {
         requests.push((BudgetTarget::RegionsPeak, None, r));
+    }
+    // The smallest budget the planner guarantees for the step (`tradeoff()`'s first row).
+    if let Some(min) = smallest {
+        requests.push((BudgetTarget::Smallest, None, min));
     }
     for (target, percent, requested) in requests {
         let mut info = BudgetInfo::new(target, percent, requested);
@@ -354,7 +363,7 @@ fn calibrate_budgets(
                     break;
                 }
                 Err(message) => {
-                    let named = named_budget(&message);
+                    let named = named_budget(bytes);
                     eprintln!(
                         "   {} at {:.1} MiB: infeasible; named {}",
                         target.name(),
