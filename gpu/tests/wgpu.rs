@@ -146,33 +146,30 @@ fn assert_matches_save_all(what: &str, ours: &TrainReport, save_all: &TrainRepor
     );
 }
 
-/// Runs `f` under `Policy::Budget(budget)`, or, when remat says the budget is too small,
-/// under the (larger) budget its message names; returns the budget used.
+/// Runs `f` under `Policy::Budget(budget)`, raised to the smallest budget that fits when it
+/// is below (`remat::check_budget`); when `f` stops as too small, `check_budget` knows what
+/// it needed and `f` runs again under that. Returns the budget used.
 fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> (R, u64) {
     let mut budget = budget;
-    for _ in 0..64 {
+    for _ in 0..16 {
+        if let Err(remat::BudgetError::TooSmall {
+            min_budget_bytes, ..
+        }) = remat::check_budget(budget)
+        {
+            budget = min_budget_bytes;
+        }
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             remat::with_policy(Policy::Budget(budget), &f)
         }));
-        let payload = match run {
+        match run {
             Ok(result) => return (result, budget),
-            Err(payload) => payload,
-        };
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
-        let named = message
-            .split("remat::Policy::Budget(")
-            .nth(1)
-            .and_then(|rest| rest.split(')').next())
-            .and_then(|n| n.parse::<u64>().ok());
-        match named {
-            Some(named) if named > budget => budget = named,
-            _ => std::panic::resume_unwind(payload),
+            Err(payload) => match remat::check_budget(budget) {
+                Err(remat::BudgetError::TooSmall { .. }) => {}
+                _ => std::panic::resume_unwind(payload),
+            },
         }
     }
-    panic!("remat named budgets that did not work, up to {budget} bytes");
+    panic!("remat's smallest budgets did not work, up to {budget} bytes");
 }
 
 /// Runs a program under SaveAll (compared with Burn), then under every other control
