@@ -16,11 +16,10 @@
 #      errors (the main, oracle and bench workspaces, every target; remat and burn-autodiff
 #      also with `tracing` and `export_tests` on), rustdoc with warnings as errors (the
 #      published crates).
-# Cost on a clean 2-core runner: about 23 minutes without steps 4-5, which add about 11
-# (each is a further Burn build: release; debug with burn-backend's `tracing`; bench's own
-# dev profile). Measured cold on a shared 2-core machine under load (wall times inflated):
-# release build 7.7 min + tests 0.4; tracing rebuild and tests 5.3; bench clippy 2.6 and
-# build 4.3; about 14 CPU-minutes in all.
+# Cost, measured 2026-12-02 on a 2-core machine with a warm cargo registry: the oracle's
+# build 12 min (cold), its run and tests 3; the main workspace 5.5; release 6.7; features
+# 5.4; bench build 1.7; the fresh projects 7; lints 2: 44 min from a clean target
+# directory (31.5 with the oracle's build kept). CI stops at 90.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
