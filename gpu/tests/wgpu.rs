@@ -146,25 +146,22 @@ fn assert_matches_save_all(what: &str, ours: &TrainReport, save_all: &TrainRepor
     );
 }
 
-/// Runs `f` under `Policy::Budget(budget)`, raised to the smallest budget that fits when it
-/// is below (`remat::check_budget`); when `f` stops as too small, `check_budget` knows what
-/// it needed and `f` runs again under that. Returns the budget used.
+/// Runs `f` under `Policy::Budget(budget)`; when it stops as too small, under the smallest
+/// budget `remat::check_budget` then reports (what the stopped step needed), until one works.
+/// (No check before the first try: the last step run under a budget may be another
+/// program's.) Returns the budget used.
 fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> (R, u64) {
     let mut budget = budget;
     for _ in 0..16 {
-        if let Err(remat::BudgetError::TooSmall {
-            min_budget_bytes, ..
-        }) = remat::check_budget(budget)
-        {
-            budget = min_budget_bytes;
-        }
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             remat::with_policy(Policy::Budget(budget), &f)
         }));
         match run {
             Ok(result) => return (result, budget),
             Err(payload) => match remat::check_budget(budget) {
-                Err(remat::BudgetError::TooSmall { .. }) => {}
+                Err(remat::BudgetError::TooSmall {
+                    min_budget_bytes, ..
+                }) => budget = min_budget_bytes,
                 _ => std::panic::resume_unwind(payload),
             },
         }
