@@ -1242,7 +1242,8 @@ pub enum BudgetError {
     TooSmall {
         /// The budget asked about.
         budget_bytes: u64,
-        /// The smallest budget that fits the step (the first row of [`tradeoff`]).
+        /// The smallest budget that fits the step: the first row of [`tradeoff`], or more
+        /// when a step stopped as too small needed more (see [`check_budget`]).
         min_budget_bytes: u64,
     },
 }
@@ -1311,13 +1312,13 @@ impl std::error::Error for BudgetError {}
 /// with_policy(Policy::Budget(budget), step);
 /// ```
 pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
-    let forward = FAILED_NEED.with(core::cell::Cell::get);
+    let failed = FAILED_NEED.with(core::cell::Cell::get);
     let graph = match last_view() {
         Some(view) => planner::smallest_budget(&view),
-        None if forward > 0 => 0,
+        None if failed > 0 => 0,
         None => return Err(BudgetError::NoStep),
     };
-    let min_budget_bytes = graph.max(forward);
+    let min_budget_bytes = graph.max(failed);
     if budget_bytes >= min_budget_bytes {
         Ok(())
     } else {

@@ -410,13 +410,7 @@ impl<'a> Rotor<'a> {
             Solved::Levels(level) if lean => {
                 let t = level.n() - 1;
                 let cost = level.rev[level.rev_at(0, t, m, scale)];
-                let task = Task::Rev {
-                    level: level.clone(),
-                    base: 0,
-                    s: 0,
-                    t,
-                    m,
-                };
+                let task = Task::rev(level, 0, 0, t, m);
                 (task, cost)
             }
             Solved::Levels(level) => {
@@ -495,13 +489,9 @@ impl<'a> Rotor<'a> {
                                     .expect("remat internal error: the DP chose a plan that fits");
                                 inner_rev(self.stages, stage, shape, k, out);
                             }
-                            Kind::Group(child) => tasks.push(Task::Rev {
-                                level: child.clone(),
-                                base: base + item.first,
-                                s: 0,
-                                t: child.n() - 1,
-                                m,
-                            }),
+                            Kind::Group(child) => {
+                                tasks.push(Task::rev(child, base + item.first, 0, child.n() - 1, m))
+                            }
                         },
                         tape if tape < SPLIT => {
                             let Kind::Stage(shape) = &item.kind else {
@@ -509,13 +499,13 @@ impl<'a> Rotor<'a> {
                             };
                             let k = (tape - TAPE) as usize;
                             self.tape(base + item.first, shape, k, false, &mut tasks, out);
-                            tasks.push(Task::Rev {
-                                level: level.clone(),
+                            tasks.push(Task::rev(
+                                &level,
                                 base,
-                                s: s + 1,
+                                s + 1,
                                 t,
-                                m: m - scale.units(shape.tapes[k].bytes),
-                            });
+                                m - scale.units(shape.tapes[k].bytes),
+                            ));
                         }
                         split => {
                             let split = (split - SPLIT) as usize;
@@ -523,20 +513,14 @@ impl<'a> Rotor<'a> {
                             sweep(self.stages, stages.clone(), out);
                             let boundary = self.stages.end[stages.end - 1];
                             let room = (m + level.released(split, t, scale)).min(scale.m_max);
-                            let rest = Task::Rev {
-                                level: level.clone(),
+                            let rest = Task::rev(
+                                &level,
                                 base,
-                                s: split,
+                                split,
                                 t,
-                                m: m - level.items[split - 1].boundary_units,
-                            };
-                            let prefix = Task::Rev {
-                                level: level.clone(),
-                                base,
-                                s,
-                                t: split - 1,
-                                m: room,
-                            };
+                                m - level.items[split - 1].boundary_units,
+                            );
+                            let prefix = Task::rev(&level, base, s, split - 1, room);
                             push_split(&mut tasks, rest, boundary, prefix);
                         }
                     }
@@ -594,13 +578,7 @@ impl<'a> Rotor<'a> {
                                 s: split,
                                 m: m - level.items[split - 1].boundary_units,
                             };
-                            let prefix = Task::Rev {
-                                level: level.clone(),
-                                base,
-                                s,
-                                t: split - 1,
-                                m: room,
-                            };
+                            let prefix = Task::rev(&level, base, s, split - 1, room);
                             push_split(&mut tasks, rest, boundary, prefix);
                         }
                     }
@@ -630,25 +608,13 @@ impl<'a> Rotor<'a> {
                 (false, false) => {
                     let level = Run::level(&run.block);
                     let t = level.n() - 1;
-                    tasks.push(Task::Rev {
-                        level,
-                        base: run.block_stage(first),
-                        s: 0,
-                        t,
-                        m,
-                    });
+                    tasks.push(Task::rev(&level, run.block_stage(first), 0, t, m));
                 }
                 (true, false) => {
                     if let Some(head) = &run.head {
                         let level = Run::level(head);
                         let t = level.n() - 1;
-                        tasks.push(Task::Rev {
-                            level,
-                            base: 0,
-                            s: 0,
-                            t,
-                            m,
-                        });
+                        tasks.push(Task::rev(&level, 0, 0, t, m));
                     }
                 }
                 (false, true) => {
@@ -663,13 +629,7 @@ impl<'a> Rotor<'a> {
                         });
                     } else {
                         let t = level.n() - 1;
-                        tasks.push(Task::Rev {
-                            level,
-                            base,
-                            s: 0,
-                            t,
-                            m,
-                        });
+                        tasks.push(Task::rev(&level, base, 0, t, m));
                     }
                 }
                 (true, true) => {
@@ -832,6 +792,19 @@ fn offset(action: Action, start: u32) -> Action {
         Action::Replay(i) => Action::Replay(start + i),
         Action::Free(i) => Action::Free(start + i),
         Action::Step(i) => Action::Step(start + i),
+    }
+}
+
+impl Task {
+    /// The rev of items `s..=t` of `level` (its first stage at `base`) in room `m`.
+    fn rev(level: &Arc<Level>, base: usize, s: usize, t: usize, m: usize) -> Self {
+        Task::Rev {
+            level: level.clone(),
+            base,
+            s,
+            t,
+            m,
+        }
     }
 }
 
