@@ -13,9 +13,11 @@
 //!
 //! The counting itself (tickets, counters, the sharded registry) is `registry`, a bottom
 //! module the graph uses; this module holds the reports, which also ask the budget
-//! (`checkpoint::budget`) what it dropped and which budget ran last.
+//! (`checkpoint::budget`) what it dropped and which budget ran last. The items the budget
+//! fills in for them (`DroppedValue`, `format_bytes`) are `report`, a bottom module too.
 
 pub(crate) mod registry;
+pub(crate) mod report;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +27,7 @@ use burn_std::DType;
 
 pub use registry::KeepReason;
 use registry::{COUNTERS, activation_bytes, registry};
+pub use report::{DroppedValue, format_bytes};
 
 /// One value currently kept, as listed by [`saved_values`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,17 +49,6 @@ pub struct SavedValue {
 /// saved-residuals view). `Display` prints a table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SavedValues(pub Vec<SavedValue>, Vec<DroppedValue>);
-
-/// A value a [`Policy::Budget`](crate::Policy::Budget) dropped on this thread: a backward
-/// step (or a replay) will read it, and it is rebuilt then. Listed by
-/// [`SavedValues::dropped`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DroppedValue {
-    /// The op that produced it.
-    pub op: &'static str,
-    /// Its size in bytes.
-    pub bytes: u64,
-}
 
 /// Lists every value currently kept for backward (see [`SavedValues`]). Walks every
 /// thread's shard of the registry (NOTE [registry-shards]).
@@ -275,22 +267,6 @@ const INACTIVE: &str = "note: remat has tracked no tensor in this process. If Bu
     here, it ran on Burn's own autodiff: the `[patch.crates-io] burn-autodiff` line did not apply \
     (run `cargo update -p burn-autodiff`, then check `cargo tree -i burn-autodiff`; see remat's \
     README, \"Setup\").";
-
-/// Formats a byte count with a binary unit (`512 B`, `1.5 MiB`), as the reports do.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
 
 #[cfg(test)]
 mod tests {
