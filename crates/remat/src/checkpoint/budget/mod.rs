@@ -1,0 +1,175 @@
+//! [`Policy::Budget`](crate::Policy::Budget): the engine's side of the planner.
+//!
+//! NOTE \[budget\]: the bytes remat holds for a training step recorded under a budget (saved,
+//! rebuilt and constant values; leaves are the user's) never pass the budget, in the forward
+//! pass or in backward. The planner (`crate::planner`, which never sees a tensor) decides;
+//! this module tells it what happens and carries out what it says.
+//! - **Forward** (online, DTR): every op recorded under a budget on a thread is fed to that
+//!   thread's [`Session`], a [`Dtr`] over the ops recorded so far. The op's inputs that a
+//!   step or a replay reads are marked needed (rebuildable ones evicted, the rest kept, as
+//!   `require_value` does); the planner's `Keep`s then store the values it keeps (they are
+//!   in hand: the op's inputs and output) and its `Free`s evict earlier values. Every input a
+//!   replay reads is retained, so any value it kept may be evicted later.
+//! - **Backward** (planned before any step runs): the pass builds a
+//!   [`GraphView`](crate::planner::GraphView) of the nodes it claimed, as they stand (held
+//!   or not, bytes, measured forward times, what each replay and step reads), resumes a
+//!   [`Dtr`] on it, and collects the whole pass's actions: a budget the graph cannot fit
+//!   panics before any step runs, naming the smallest budget that works. The pass then
+//!   carries the actions out: `Replay` rebuilds a value from held inputs, `Free` drops one
+//!   (still rebuildable while its op can replay), `Step` runs a backward step whose reads
+//!   the schedule holds. The nodes are marked `scheduled`: reads hand out clones and never
+//!   free, so a value lives exactly as long as the schedule says. In debug builds (and with
+//!   `export_tests`) the held bytes, counted from the values themselves, are checked
+//!   against the budget before every op.
+//! - **Other live graphs** of the thread recorded under a budget (a second loss whose
+//!   backward runs later) hold their values and constants through the pass: it plans within
+//!   what they leave of the budget, and when that is too little, their values that can be
+//!   rebuilt are dropped first (their own pass rebuilds them). A value that cannot be
+//!   rebuilt is never dropped, here or when a smaller budget takes over the session.
+//! - After a pass, the view (with measured op times) is kept for [`tradeoff`], and the
+//!   thread's session forgets consumed nodes.
+//!
+//! Recorded nodes are listed by the session in recording order; a backward view orders its
+//! nodes by id, which is the recording order (ids are minted as ops are recorded).
+//!
+//! # Files
+//! One concern each; this file holds the state they share (the interned budgets, the plans
+//! and views a thread keeps) and the cost estimate of an op not measured yet.
+//! - `session.rs`: the forward pass: the per-thread [`Session`] fed op by op
+//!   ([`on_record`], [`reserve`]), online or following a cached plan, and what it
+//!   dropped ([`dropped`]).
+//! - `pass.rs`: planning one backward pass before any step runs ([`plan_pass`]): its view,
+//!   the plan the step followed or an online one, the lean retry, the smallest budget.
+//! - `carry.rs`: carrying the pass's actions out node by node ([`carry_out`]), and what
+//!   follows a pass ([`after_pass`]: the plan for the next steps, the view kept).
+//! - `report.rs`: what users read: [`tradeoff`], [`check_budget`] and [`BudgetError`], and
+//!   the panic for a budget too small.
+//!
+//! # Invariants
+//! - Neither the session nor a schedule runs user code under a borrow of the session: the
+//!   actions are computed under the borrow and carried out after it is released.
+//! - The session's memory is bounded by the live graph: nodes that died or were consumed are
+//!   dropped from it when it doubles (and after every backward pass).
+//!
+//! [`Session`]: session::Session
+//! [`Dtr`]: crate::planner::Dtr
+
+mod carry;
+mod pass;
+mod report;
+mod session;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::checkpoint::policy::Cost;
+use crate::planner::{GraphView, PlanCache};
+
+pub(crate) use carry::{after_pass, carry_out};
+pub(crate) use pass::{Pending, pass_budget, plan_pass};
+pub use report::{BudgetError, check_budget, tradeoff};
+pub(crate) use session::{Recorded, dropped, on_record, reserve};
+
+/// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
+static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// The budget of the step recorded last (for [`Stats`](crate::Stats)); 0 before any.
+static LAST_BUDGET: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last budget interned on this thread, to skip the lock per recorded op.
+    static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
+    /// The view of the last pass under a budget run on this thread.
+    static THREAD_VIEW: RefCell<Option<Arc<GraphView>>> = const { RefCell::new(None) };
+    /// What a step under a budget was found to need when it stopped as too small, in its
+    /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
+    /// completes.
+    static FAILED_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// Plans for the steps this thread ran under a budget, by graph signature.
+    static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
+}
+
+/// How many plans a thread keeps (a training loop has one graph per step; a few more cover
+/// evaluation graphs and several losses).
+const PLANS_KEPT: usize = 8;
+
+/// The last backward pass's view under a budget, for [`tradeoff`].
+static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
+
+/// The id of budget `bytes` (never 0).
+pub(crate) fn intern(bytes: u64) -> u32 {
+    let (last, id) = LAST_INTERNED.with(|c| c.get());
+    if id != 0 && last == bytes {
+        return id;
+    }
+    let mut budgets = BUDGETS.lock().unwrap_or_else(|p| p.into_inner());
+    let id = match budgets.iter().position(|&b| b == bytes) {
+        Some(i) => i as u32 + 1,
+        None => {
+            budgets.push(bytes);
+            budgets.len() as u32
+        }
+    };
+    drop(budgets);
+    LAST_INTERNED.with(|c| c.set((bytes, id)));
+    id
+}
+
+/// The bytes of budget `id`.
+fn bytes_of(id: u32) -> u64 {
+    BUDGETS.lock().unwrap_or_else(|p| p.into_inner())[id as usize - 1]
+}
+
+/// The budget of the step recorded last, if one was.
+pub(crate) fn last_budget() -> Option<u64> {
+    match LAST_BUDGET.load(Ordering::Relaxed) {
+        0 => None,
+        bytes => Some(bytes),
+    }
+}
+
+/// A forward-time estimate of an op's cost (ns) before it is measured: a fixed launch cost
+/// plus a rate per output byte by cost class.
+pub(crate) fn estimate(cost: Cost, bytes: u64) -> f64 {
+    let per_byte = match cost {
+        Cost::Alias => 0.0,
+        Cost::Cheap | Cost::Random => 0.25,
+        Cost::Compute => 2.0,
+    };
+    200.0 + per_byte * bytes as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_interns_to_one_id_that_gives_its_bytes_back() {
+        // Bytes no other test of the process uses: the table is process-wide.
+        let (a, b) = (0x5EED_0001_u64, 0x5EED_0002_u64);
+        let id_a = intern(a);
+        let id_b = intern(b);
+        assert_ne!(id_a, 0, "0 means no budget");
+        assert_ne!(id_a, id_b);
+        // Again after another budget (the thread's one-entry cache no longer holds `a`),
+        // and from another thread (no cache at all): the same id.
+        assert_eq!(intern(a), id_a);
+        assert_eq!(std::thread::spawn(move || intern(a)).join().unwrap(), id_a);
+        assert_eq!(intern(b), id_b);
+        assert_eq!(bytes_of(id_a), a);
+        assert_eq!(bytes_of(id_b), b);
+    }
+
+    #[test]
+    fn an_estimate_is_a_launch_cost_plus_a_rate_per_byte_by_cost_class() {
+        // A view costs nothing per byte; the launch cost is the floor of every class.
+        assert_eq!(estimate(Cost::Alias, 1 << 20), 200.0);
+        assert_eq!(estimate(Cost::Compute, 0), 200.0);
+        assert_eq!(estimate(Cost::Cheap, 1000), 450.0);
+        assert_eq!(estimate(Cost::Random, 1000), estimate(Cost::Cheap, 1000));
+        assert_eq!(estimate(Cost::Compute, 1000), 2200.0);
+        // Replaying compute is always weighed dearer than an element-wise op of that size.
+        assert!(estimate(Cost::Compute, 4096) > estimate(Cost::Cheap, 4096));
+    }
+}

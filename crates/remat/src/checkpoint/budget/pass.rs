@@ -1,0 +1,543 @@
+//! Planning one backward pass under a budget (NOTE \[budget\]), before any of its steps
+//! runs: [`plan_pass`] describes the pass's nodes to the planner as they stand (a
+//! [`GraphView`]), drops held values nothing of the pass reads, and takes the first plan
+//! that fits: the cached plan the step followed, an online [`Dtr`] resumed on the current
+//! state (or Revolve/Rotor on a chain when they replay less), then the same from the lean
+//! state; a graph that still cannot fit panics, naming the smallest budget it runs with.
+//!
+//! # Invariants
+//! - Planning runs no op: a budget too small panics before any step or replay.
+//! - The actions returned name positions in the pass's order, not the view's indices.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::report::too_small;
+use super::session::SESSION;
+use super::{LAST_BUDGET, PLANS, bytes_of, estimate};
+use crate::checkpoint::cost;
+use crate::graph::{GraphNode, IdBuildHasher, NodeId, ScheduleEntry};
+use crate::planner::{self, Action, Dtr, GraphView, ScheduleIndex};
+
+/// The budget of a backward pass: the smallest of the budgets its nodes were recorded
+/// under; `None` when no node was recorded under one.
+pub(crate) fn pass_budget(order: &[Arc<dyn GraphNode>]) -> Option<u64> {
+    order
+        .iter()
+        .map(|n| n.budget())
+        .filter(|&b| b != 0)
+        .map(bytes_of)
+        .min()
+}
+
+/// Replaces each measured op time by the mean over the ops of the same name and output size:
+/// one op's time is noisy (a few hundred nanoseconds of timer and cache effects), and equal
+/// ops planned with unequal costs lose the structure the planner exploits (Revolve's optimum
+/// for a chain of equal ops). Where replays of such a kind were timed, their median is its
+/// cost instead (NOTE [replay-times] in `cost.rs`), when the pass ran on one inner backend
+/// (`backend`; a pass spanning backends keeps the means). Idempotent.
+pub(super) fn smooth_costs(nodes: &mut [planner::Node], backend: Option<TypeId>) {
+    let mut sums: HashMap<(&'static str, u64), (f64, u32)> = HashMap::new();
+    for node in nodes.iter() {
+        let entry = sums.entry((node.name, node.bytes)).or_insert((0.0, 0));
+        entry.0 += node.cost;
+        entry.1 += 1;
+    }
+    let costs: HashMap<(&'static str, u64), f64> = sums
+        .into_iter()
+        .map(|((name, bytes), (sum, n))| {
+            let replayed = backend.and_then(|b| cost::replay_time((b, name, bytes)));
+            let cost = replayed.unwrap_or(sum / f64::from(n));
+            ((name, bytes), cost)
+        })
+        .collect();
+    for node in nodes.iter_mut() {
+        node.cost = costs[&(node.name, node.bytes)];
+    }
+}
+
+/// The replay time of `actions`' `Replay`s, at the nodes' costs.
+fn replay_cost(nodes: &[planner::Node], actions: &[Action]) -> f64 {
+    actions
+        .iter()
+        .filter_map(|a| match *a {
+            Action::Replay(v) => Some(nodes[v as usize].cost),
+            _ => None,
+        })
+        .sum()
+}
+
+/// A backward pass planned and run under `budget` (NOTE \[budget\]): returns, for each node
+/// of `order`, the actions to carry out before finishing it (in `order`'s order; empty for
+/// leaves), the bytes held when the pass starts, the budget the pass runs within, and the
+/// pass's view, for [`after_pass`](super::after_pass).
+///
+/// # Panics
+/// When the graph cannot fit the budget, before anything ran.
+pub(crate) fn plan_pass(
+    order: &[Arc<dyn GraphNode>],
+    budget: u64,
+) -> (Vec<Vec<Action>>, u64, u64, Pending) {
+    let full_budget = budget;
+    let entries: Vec<(usize, ScheduleEntry)> = order
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, n)| n.schedule_entry().map(|e| (pos, e)))
+        .collect();
+    let mut by_id: Vec<usize> = (0..entries.len()).collect();
+    by_id.sort_unstable_by_key(|&k| entries[k].1.id);
+    let mut index: HashMap<NodeId, u32, IdBuildHasher> = HashMap::default();
+    for (i, &k) in by_id.iter().enumerate() {
+        index.insert(entries[k].1.id, i as u32);
+    }
+    let measured = |id: NodeId| -> Option<f64> {
+        SESSION.with(|cell| {
+            let cell = cell.borrow();
+            let session = cell.as_ref()?;
+            let i = *session.index.get(&id)?;
+            Some(session.nodes[i as usize].cost)
+        })
+    };
+    let to_index = |ids: &[NodeId]| -> Vec<u32> {
+        ids.iter()
+            .map(|id| {
+                *index.get(id).unwrap_or_else(|| {
+                    panic!("remat internal error: a producer of a pass is not in the pass")
+                })
+            })
+            .collect()
+    };
+    let mut nodes: Vec<planner::Node> = Vec::with_capacity(by_id.len());
+    let mut held = Vec::new();
+    let mut held_bytes = 0;
+    for (i, &k) in by_id.iter().enumerate() {
+        let e = &entries[k].1;
+        let mut reads = to_index(&e.step_reads);
+        if e.reads_output {
+            reads.push(i as u32);
+        }
+        let cost = measured(e.id).unwrap_or_else(|| estimate(e.cost, e.bytes));
+        nodes.push(
+            planner::Node::new(e.name, e.bytes, cost)
+                .inputs(to_index(&e.inputs))
+                .step_reads(reads)
+                .replayable(e.replayable)
+                .fixed_bytes(e.fixed_bytes),
+        );
+        if e.held {
+            held.push(i as u32);
+            held_bytes += e.bytes;
+        }
+        held_bytes += e.fixed_bytes;
+    }
+    let step_order: Vec<u32> = entries.iter().map(|(_, e)| index[&e.id]).collect();
+    // When this thread's session recorded exactly the pass's ops, its nodes are the view:
+    // they carry the forward pass's measured times and marks, and match the plan the step
+    // may have followed (the pass's own description agrees with them on everything else).
+    // When it recorded the pass's first ops and the rest came under another policy (a
+    // forward pass under `with_policy(Budget(..))` and the loss outside it, say), the plan
+    // the step followed still applies: its view was this pass's, and the signature and the
+    // held values are checked below.
+    let (session_view, follow) = SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let Some(session) = cell.as_mut() else {
+            return (None, None);
+        };
+        let prefix = session.ids.len() <= by_id.len()
+            && by_id
+                .iter()
+                .zip(&session.ids)
+                .all(|(&k, id)| entries[k].1.id == *id);
+        let aligned = prefix && session.ids.len() == by_id.len();
+        let follow = session.follow.take();
+        (
+            aligned.then(|| session.nodes.clone()),
+            follow.filter(|_| prefix),
+        )
+    });
+    if let Some(session_nodes) = session_view {
+        nodes = session_nodes;
+    }
+    // The pass's inner backend, when it has one (a graph may span backends: NOTE
+    // [op-times] in `cost.rs`, replay times are per backend).
+    let mut backends = order.iter().map(|n| n.backend());
+    let first = backends.next();
+    let backend = first.filter(|&b| backends.all(|other| other == b));
+    smooth_costs(&mut nodes, backend);
+    let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
+        panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
+    });
+    // Held values that no step and no replay of this pass reads (kept for a graph that was
+    // dropped, say) are dropped now, as every pass drops unneeded backups.
+    let mut read = vec![false; nodes.len()];
+    for node in &nodes {
+        for &v in &node.step_reads {
+            read[v as usize] = true;
+        }
+        if node.replayable {
+            for &v in &node.inputs {
+                read[v as usize] = true;
+            }
+        }
+    }
+    held.retain(|&v| {
+        if read[v as usize] {
+            return true;
+        }
+        held_bytes -= order[entries[by_id[v as usize]].0].scheduled_free();
+        false
+    });
+    // Other graphs of this thread recorded under a budget and still alive (a second loss
+    // whose backward runs later, say) hold bytes the whole time: the pass plans within what
+    // they leave. When that is too little, the values of theirs that can be rebuilt go
+    // first (their own passes rebuild them).
+    let attempt_within = |budget: u64, held: &[u32], limit: f64| {
+        attempt_plan(
+            &nodes,
+            &step_order,
+            &entries,
+            order.len(),
+            budget,
+            held,
+            limit,
+        )
+    };
+    let attempt_under = |budget: u64, held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+        let plan = attempt_within(budget, held, f64::INFINITY)?;
+        Ok(plan.expect("a plan without a limit is never abandoned"))
+    };
+    let mut outside = outside_bytes(&index, false);
+    let mut room = budget.saturating_sub(outside);
+    // The online plan within what they leave, made once: it also says whether that is enough.
+    let mut within_outside = None;
+    if outside > 0 {
+        match attempt_under(room, &held) {
+            Ok(per_node) => within_outside = Some(per_node),
+            Err(_) => {
+                outside = outside_bytes(&index, true);
+                room = budget.saturating_sub(outside);
+            }
+        }
+    }
+    let budget = room;
+    let attempt = |held: &[u32]| attempt_under(budget, held);
+    let signature = planner::signature(&view);
+    // Planned mode: the step followed a cached plan for this very graph through its forward
+    // pass, and holds what the plan holds: carry out the plan's backward.
+    let followed = follow
+        .filter(|f| {
+            f.plan.signature == signature && f.plan.budget_bytes == full_budget && outside == 0
+        })
+        .and_then(|f| {
+            let start = f.index.backward(0)?.start;
+            let mut expected: Vec<u32> = Vec::new();
+            for action in &f.plan.schedule.actions()[..start] {
+                match *action {
+                    Action::Keep(v) => expected.push(v),
+                    Action::Free(v) => expected.retain(|&x| x != v),
+                    _ => {}
+                }
+            }
+            expected.sort_unstable();
+            expected.dedup();
+            let mut now = held.clone();
+            now.sort_unstable();
+            (expected == now).then_some(f)
+        })
+        .map(|f| {
+            backward_chunks(
+                f.plan.schedule.actions(),
+                &f.index,
+                &entries,
+                order.len(),
+                false,
+            )
+        });
+    let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+        // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
+        // this state; the online plan is abandoned once it replays more.
+        // NOTE [rotor] in `planner/rotor.rs`: on a long chain of blocks, the chain's DP from
+        // this state with the held values dropped, when it replays less (on a short one the
+        // online plan is near it, and the DP's tables would be planner memory held beside
+        // every kept value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
+        let resumed = planner::revolve::resume(&view, held, budget);
+        let chain = (view.len() > planner::rotor::LONG_CHAIN)
+            .then(|| planner::rotor::resume(&view, held, budget))
+            .flatten();
+        let resumed = match (resumed, chain) {
+            (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
+            (r, c) => r.or(c),
+        };
+        let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
+        let attempt = match within_outside {
+            // Made above for this state and this budget, without a limit.
+            Some(per_node) => {
+                let replayed: f64 = per_node.iter().map(|a| replay_cost(&nodes, a)).sum();
+                Ok((replayed <= limit).then_some(per_node))
+            }
+            None => attempt_within(budget, held, limit),
+        };
+        let schedule = match (attempt, resumed) {
+            (Ok(Some(per_node)), _) => return Ok(per_node),
+            (Err(error), None) => return Err(error),
+            (Ok(None), None) => unreachable!("only a limit abandons a plan"),
+            (_, Some((schedule, _))) => schedule,
+        };
+        let index = schedule.index();
+        Ok(backward_chunks(
+            schedule.actions(),
+            &index,
+            &entries,
+            order.len(),
+            true,
+        ))
+    };
+    let mut per_node = match followed.map_or_else(|| online(&held), Ok) {
+        Ok(per_node) => per_node,
+        Err(_) => {
+            // The forward pass left a state the backward pass cannot continue from within
+            // the budget: drop every value that can be rebuilt (the lean state, from which
+            // any budget at or above the planner's smallest one works) and plan again.
+            let mut pinned = Vec::new();
+            for &v in &held {
+                let (pos, entry) = &entries[by_id[v as usize]];
+                if entry.replayable {
+                    held_bytes -= order[*pos].scheduled_free();
+                } else {
+                    pinned.push(v);
+                }
+            }
+            let chain = || {
+                // A chain of blocks from the lean state (NOTE [rotor]): its smallest budget
+                // does not grow with the chain's length, the online eviction's does.
+                let (schedule, _) = planner::rotor::resume(&view, &pinned, budget)?;
+                let index = schedule.index();
+                Some(backward_chunks(
+                    schedule.actions(),
+                    &index,
+                    &entries,
+                    order.len(),
+                    true,
+                ))
+            };
+            attempt(&pinned)
+                .or_else(|e| chain().ok_or(e))
+                .unwrap_or_else(|_| {
+                    // Name a budget this engine runs from the lean state: the planner's smallest
+                    // (a guarantee for its own schedules) if that works, else the smallest that
+                    // does, by bisection (planning only: nothing runs).
+                    let works = |b: u64| {
+                        attempt_under(b, &pinned).is_ok()
+                            || planner::rotor::resume(&view, &pinned, b).is_some()
+                    };
+                    let mut low = planner::smallest_budget(&view).max(budget);
+                    let mut high = view
+                        .nodes()
+                        .iter()
+                        .map(|n| n.bytes + n.fixed_bytes)
+                        .sum::<u64>()
+                        .max(low);
+                    if works(low) {
+                        high = low;
+                    } else {
+                        while high - low > 1 {
+                            let mid = low.midpoint(high);
+                            if works(mid) {
+                                high = mid;
+                            } else {
+                                low = mid;
+                            }
+                        }
+                    }
+                    too_small(
+                        full_budget,
+                        &planner::Error::Infeasible {
+                            budget_bytes: full_budget,
+                            min_budget_bytes: high + outside,
+                            lower_bound: false,
+                        },
+                        None,
+                    )
+                })
+        }
+    };
+    // Map view indices back to positions in `order`.
+    let position: Vec<usize> = by_id.iter().map(|&k| entries[k].0).collect();
+    for actions in &mut per_node {
+        for action in actions.iter_mut() {
+            *action = match *action {
+                Action::Replay(v) => Action::Replay(position[v as usize] as u32),
+                Action::Free(v) => Action::Free(position[v as usize] as u32),
+                Action::Step(v) => Action::Step(position[v as usize] as u32),
+                Action::Keep(v) => Action::Keep(position[v as usize] as u32),
+                Action::Compute(v) => Action::Compute(position[v as usize] as u32),
+            };
+        }
+    }
+    LAST_BUDGET.store(full_budget, Ordering::Relaxed);
+    // Plan the next steps of this graph once (planned mode; they follow the plan from their
+    // first op), after this pass: its replays are timed by then (NOTE [replay-times]).
+    let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
+    let pending = Pending {
+        view,
+        backend,
+        budget: full_budget,
+        plan: !cached,
+        samples: cost::replay_samples(),
+    };
+    (per_node, held_bytes, budget, pending)
+}
+
+/// A pass's view, kept by the pass until it ends ([`after_pass`](super::after_pass)): then
+/// it is planned for the next steps (when `plan`) and kept for
+/// [`tradeoff`](super::tradeoff); its costs are brought up to date first if the pass timed
+/// replays (`cost::replay_samples` passed `samples`). The pass owns it: a backward pass run
+/// inside another one (in a custom op's backward, say) has its own.
+pub(crate) struct Pending {
+    pub(super) view: GraphView,
+    /// The pass's inner backend, when it ran on one.
+    pub(super) backend: Option<TypeId>,
+    pub(super) budget: u64,
+    pub(super) plan: bool,
+    pub(super) samples: u64,
+}
+
+/// A whole-step schedule's backward cut into the pass's per-node chunks: the actions before
+/// and at each step, at the step's position in the order (`entries`, `len` positions). With
+/// `forward_ran`, the drops right after the last forward op are the backward's (a schedule
+/// made after that forward pass ran, which carried out only its keeps).
+fn backward_chunks(
+    actions: &[Action],
+    index: &ScheduleIndex,
+    entries: &[(usize, ScheduleEntry)],
+    len: usize,
+    forward_ran: bool,
+) -> Vec<Vec<Action>> {
+    let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); len];
+    for (p, (pos, _)) in entries.iter().enumerate() {
+        if let Some(mut range) = index.backward(p) {
+            if p == 0 && forward_ran {
+                let last = actions
+                    .iter()
+                    .rposition(|a| matches!(a, Action::Compute(_)));
+                range.start = last.map_or(0, |k| k + 1);
+                while matches!(actions.get(range.start), Some(Action::Keep(_))) {
+                    range.start += 1;
+                }
+            }
+            chunks[*pos] = actions[range].to_vec();
+        }
+    }
+    chunks
+}
+
+/// The planner's actions for a pass (see [`plan_pass`]): for each position of the order
+/// (`len` of them), what to carry out before finishing that node; abandoned (`Ok(None)`)
+/// once its replays cost more than `limit`.
+fn attempt_plan(
+    nodes: &[planner::Node],
+    step_order: &[u32],
+    entries: &[(usize, ScheduleEntry)],
+    len: usize,
+    budget: u64,
+    held: &[u32],
+    limit: f64,
+) -> Result<Option<Vec<Vec<Action>>>, planner::Error> {
+    let mut dtr = Dtr::resume(budget, nodes.to_vec(), held)?;
+    let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); len];
+    let mut pending = dtr.begin_backward(step_order.to_vec())?.to_vec();
+    let mut replayed = 0.0;
+    for (pos, _) in entries {
+        pending.extend_from_slice(dtr.on_step()?);
+        replayed += replay_cost(nodes, &pending);
+        if replayed > limit {
+            return Ok(None);
+        }
+        per_node[*pos] = core::mem::take(&mut pending);
+    }
+    Ok(Some(per_node))
+}
+
+/// The bytes held by this thread's live graphs recorded under a budget, outside the pass
+/// whose nodes `in_pass` indexes: values held and the constants of nodes not yet stepped.
+/// With `evict`, the values among them that can be rebuilt are dropped first.
+fn outside_bytes(in_pass: &HashMap<NodeId, u32, IdBuildHasher>, evict: bool) -> u64 {
+    let outside: Vec<(Arc<dyn GraphNode>, u64, u64, bool)> = SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let Some(session) = cell.as_ref() else {
+            return Vec::new();
+        };
+        session
+            .handles
+            .iter()
+            .zip(&session.ids)
+            .zip(&session.nodes)
+            .filter(|((_, id), _)| !in_pass.contains_key(*id))
+            .filter_map(|((handle, _), entry)| {
+                let node = handle.upgrade()?;
+                (!node.is_consumed()).then_some((
+                    node,
+                    entry.bytes,
+                    entry.fixed_bytes,
+                    entry.replayable,
+                ))
+            })
+            .collect()
+    });
+    // Dropping values runs no user code, but not under the session's borrow either.
+    outside
+        .iter()
+        .map(|(node, bytes, fixed, replayable)| {
+            if evict && *replayable {
+                node.scheduled_free();
+            }
+            fixed + if node.is_held() { *bytes } else { 0 }
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_ops_are_costed_at_their_mean_and_the_smoothing_is_idempotent() {
+        let mut nodes = vec![
+            planner::Node::new("exp", 64, 100.0),
+            planner::Node::new("exp", 64, 300.0),
+            planner::Node::new("exp", 128, 900.0),
+            planner::Node::new("sin", 64, 50.0),
+            planner::Node::new("exp", 64, 200.0),
+        ];
+        // No inner backend: measured replay times are not asked for.
+        smooth_costs(&mut nodes, None);
+        let costs: Vec<f64> = nodes.iter().map(|n| n.cost).collect();
+        // Same name and output size: one mean; another size or name keeps its own.
+        assert_eq!(costs, [200.0, 200.0, 900.0, 50.0, 200.0]);
+        smooth_costs(&mut nodes, None);
+        let again: Vec<f64> = nodes.iter().map(|n| n.cost).collect();
+        assert_eq!(again, costs);
+    }
+
+    #[test]
+    fn replay_cost_counts_replays_only() {
+        let nodes = [
+            planner::Node::new("a", 8, 10.0),
+            planner::Node::new("b", 8, 100.0),
+            planner::Node::new("c", 8, 1000.0),
+        ];
+        let actions = [
+            Action::Replay(0),
+            Action::Free(2),
+            Action::Replay(1),
+            Action::Step(2),
+            Action::Replay(0),
+            Action::Keep(2),
+            Action::Compute(2),
+        ];
+        assert_eq!(replay_cost(&nodes, &actions), 120.0);
+        assert_eq!(replay_cost(&nodes, &[]), 0.0);
+    }
+}

@@ -1,0 +1,239 @@
+//! What users read of the budget: [`tradeoff`] (budget against extra compute, for the last
+//! step run under a budget), [`check_budget`] with its [`BudgetError`], and the panic for a
+//! budget a step cannot fit, which names a budget that works.
+
+use std::sync::Arc;
+
+use super::{FAILED_NEED, LAST_VIEW, THREAD_VIEW};
+use crate::planner::{self, GraphView, Tradeoff};
+
+/// The user-facing panic for a budget the graph cannot fit.
+pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
+    let (min, lower) = match error {
+        planner::Error::Infeasible {
+            min_budget_bytes,
+            lower_bound,
+            ..
+        } => (*min_budget_bytes, *lower_bound),
+        other => panic!("remat internal error: the budget's planner refused a step: {other}"),
+    };
+    let at = op.map_or(String::new(), |op| {
+        format!(" (at op `{op}`, in the forward pass)")
+    });
+    FAILED_NEED.with(|need| need.set(need.get().max(min)));
+    if lower {
+        // The rest of the forward pass is not recorded yet: `min` may not be enough.
+        panic!(
+            "remat: Policy::Budget({budget}) is too small for this training step{at}: the \
+             values that cannot be rebuilt and the op running need at least {min} bytes ({}) \
+             so far, and the rest of the forward pass is not recorded yet. To find the \
+             smallest budget that works, run one step under Policy::Budget(u64::MAX) (it \
+             keeps what SaveAll keeps) and print remat::tradeoff(): its first row is the \
+             smallest budget (`min_budget_bytes`), each row with its extra compute. The \
+             least to try: remat::Policy::Budget({min}).",
+            crate::stats::report::format_bytes(min)
+        )
+    }
+    panic!(
+        "remat: Policy::Budget({budget}) is too small for this training step{at}: it needs \
+         (the smallest budget the planner guarantees) {min} bytes ({}). Set a larger budget, \
+         e.g. remat::set_policy(remat::Policy::Budget({min})), or print remat::tradeoff() \
+         after one step under a larger budget to choose one.",
+        crate::stats::report::format_bytes(min)
+    )
+}
+
+/// The trade-off between budget and extra compute for the last training step run under a
+/// [`Policy::Budget`](crate::Policy::Budget), predicted by the planner from the
+/// recorded graph and the op times measured in its forward pass; `Display` prints a table
+/// (budget, predicted peak, predicted extra compute and replays). `None` before any such
+/// step. The step is the last one this thread ran backward on under a budget, else the last
+/// one in the process (a training loop's worker thread, say).
+///
+/// To pick a budget for a model: run one step under `Policy::Budget(u64::MAX)` (which keeps
+/// what [`Policy::SaveAll`](crate::Policy::SaveAll) keeps), print this, and set the
+/// budget whose extra compute you accept.
+pub fn tradeoff() -> Option<Tradeoff> {
+    last_view().map(planner::tradeoff_shared)
+}
+
+/// The view of the last step run under a budget (see [`tradeoff`]).
+fn last_view() -> Option<Arc<GraphView>> {
+    THREAD_VIEW
+        .with(|v| v.borrow().clone())
+        .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())
+}
+
+/// Why [`check_budget`] refused a budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BudgetError {
+    /// No training step has run backward under a [`Policy::Budget`] yet, so there is no
+    /// graph to check against: run one step under `Policy::Budget(u64::MAX)` (it keeps what
+    /// [`Policy::SaveAll`](crate::Policy::SaveAll) keeps) first.
+    ///
+    /// [`Policy::Budget`]: crate::Policy::Budget
+    NoStep,
+    /// The budget is below the smallest one the planner guarantees for that step.
+    TooSmall {
+        /// The budget asked about.
+        budget_bytes: u64,
+        /// The smallest budget that fits the step: the first row of [`tradeoff`], or more
+        /// when a step stopped as too small needed more (see [`check_budget`]).
+        min_budget_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoStep => write!(
+                f,
+                "no training step has run under a Policy::Budget yet: run one under \
+                 Policy::Budget(u64::MAX) (it keeps what SaveAll keeps), then check a budget"
+            ),
+            Self::TooSmall {
+                budget_bytes,
+                min_budget_bytes,
+            } => write!(
+                f,
+                "Policy::Budget({budget_bytes}) is too small for the last training step: the \
+                 smallest budget it fits is {min_budget_bytes} bytes ({})",
+                crate::stats::report::format_bytes(*min_budget_bytes)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
+
+/// Whether `Policy::Budget(budget_bytes)` fits the last training step run under a budget
+/// (the step [`tradeoff`] reports on), without running it: `Ok` when the planner guarantees
+/// a schedule within it, so a step of the same graph under it will not panic as too small.
+///
+/// This is the fallible form of the check `backward()` makes (whose signature is Burn's, so
+/// it can only panic). It costs what finding the smallest budget costs (one lean schedule,
+/// and the chain's when the graph is one), not the whole trade-off table.
+///
+/// The step's graph is what its backward pass reached. A forward pass may also hold values
+/// of side computations that backward never reads (dropped before it), and a program may
+/// run several graphs a step (gradient accumulation, a second loss), the last not the
+/// largest: when a step under a budget stopped as too small (in its forward pass, or at
+/// `backward()` on another graph), what it was found to need counts too, until a pass under
+/// a budget completes.
+///
+/// # Errors
+/// [`BudgetError::NoStep`] before any step under a budget; [`BudgetError::TooSmall`], with
+/// the smallest budget that fits, when `budget_bytes` is below it.
+///
+/// ```
+/// use burn_flex::Flex;
+/// use burn_backend::{Backend, TensorData, ops::FloatTensorOps};
+/// use remat::{Autodiff, BudgetError, Policy, check_budget, with_policy};
+/// type B = Autodiff<Flex>;
+///
+/// let step = || {
+///     let x = B::float_from_data(TensorData::from([1.0f32, 2.0, 3.0]), &Default::default());
+///     let x = B::float_set_require_grad(x, true);
+///     let y = B::float_exp(B::float_sin(B::float_exp(x)));
+///     B::float_sum(y).backward()
+/// };
+/// with_policy(Policy::Budget(u64::MAX), step);
+/// let budget = match check_budget(1) {
+///     Ok(()) => 1,
+///     Err(BudgetError::TooSmall { min_budget_bytes, .. }) => min_budget_bytes,
+///     Err(e) => panic!("{e}"),
+/// };
+/// assert_eq!(check_budget(budget), Ok(()));
+/// with_policy(Policy::Budget(budget), step);
+/// ```
+pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
+    let failed = FAILED_NEED.with(core::cell::Cell::get);
+    let graph = match last_view() {
+        Some(view) => planner::smallest_budget(&view),
+        None if failed > 0 => 0,
+        None => return Err(BudgetError::NoStep),
+    };
+    let min_budget_bytes = graph.max(failed);
+    if budget_bytes >= min_budget_bytes {
+        Ok(())
+    } else {
+        Err(BudgetError::TooSmall {
+            budget_bytes,
+            min_budget_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of the panic `f` raises.
+    fn panic_text(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let payload = std::panic::catch_unwind(f).expect_err("a panic");
+        match payload.downcast::<String>() {
+            Ok(text) => *text,
+            Err(payload) => payload
+                .downcast_ref::<&str>()
+                .map_or_else(String::new, |s| (*s).to_string()),
+        }
+    }
+
+    #[test]
+    fn a_budget_error_names_the_smallest_budget_and_how_to_get_a_step() {
+        let too_small = BudgetError::TooSmall {
+            budget_bytes: 1000,
+            min_budget_bytes: 1536,
+        };
+        assert_eq!(
+            too_small.to_string(),
+            "Policy::Budget(1000) is too small for the last training step: the smallest \
+             budget it fits is 1536 bytes (1.5 KiB)"
+        );
+        let no_step = BudgetError::NoStep.to_string();
+        assert!(
+            no_step.contains("run one under Policy::Budget(u64::MAX)"),
+            "{no_step}"
+        );
+    }
+
+    #[test]
+    fn too_small_names_a_budget_that_works_and_check_budget_remembers_it() {
+        // A need no test graph of this process reaches, so that it decides `check_budget`
+        // whatever the last view (process-wide) is; the need itself is this thread's.
+        let need = 1u64 << 40;
+        let infeasible = |lower_bound| planner::Error::Infeasible {
+            budget_bytes: 100,
+            min_budget_bytes: need,
+            lower_bound,
+        };
+        let backward = panic_text(|| too_small(100, &infeasible(false), None));
+        assert!(
+            backward.starts_with("remat: Policy::Budget(100) is too small for this training step:"),
+            "{backward}"
+        );
+        assert!(
+            backward.contains(&format!("{need} bytes (1.0 TiB)"))
+                && backward.contains(&format!("remat::Policy::Budget({need})")),
+            "{backward}"
+        );
+        assert!(!backward.contains("forward pass"), "{backward}");
+        // In the forward pass `need` is a lower bound: the message says how to find one.
+        let forward = panic_text(|| too_small(100, &infeasible(true), Some("matmul")));
+        assert!(
+            forward.contains("(at op `matmul`, in the forward pass)")
+                && forward.contains(&format!("at least {need} bytes"))
+                && forward.contains("Policy::Budget(u64::MAX)")
+                && forward.contains("remat::tradeoff()"),
+            "{forward}"
+        );
+        assert_eq!(
+            check_budget(need - 1),
+            Err(BudgetError::TooSmall {
+                budget_bytes: need - 1,
+                min_budget_bytes: need,
+            })
+        );
+        assert_eq!(check_budget(need), Ok(()));
+    }
+}

@@ -1,0 +1,438 @@
+//! The forward pass under a budget (NOTE \[budget\]): each thread's [`Session`] is fed
+//! every op recorded under a budget ([`on_record`]) and answers with what to keep and what
+//! to drop: a [`Dtr`] over the ops recorded so far (online), or the chunk of a cached plan
+//! the step follows (planned mode) while its ops match the plan's view.
+//!
+//! Cost: one planner event per op (online: the eviction's bounded scan; planned: a lookup
+//! in the plan's index), plus a compaction, linear in the session, when it doubles.
+//!
+//! # Invariants
+//! - The planner's answer is computed under the session's borrow and carried out after it
+//!   is released (`Apply`): no user code runs under the borrow.
+//! - Session index `i` is the planner's node `i`: `handles`, `nodes` and `ids` are parallel
+//!   and `index` inverts `ids`; a compaction renumbers them all together.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use burn_backend::Backend;
+use burn_backend::tensor::FloatTensor;
+
+use super::report::too_small;
+use super::{LAST_BUDGET, PLANS, bytes_of};
+use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
+use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, same_structure};
+use crate::stats::KeepReason;
+
+thread_local! {
+    /// The thread's ops recorded under a budget.
+    pub(super) static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
+}
+
+/// A cached plan the thread's current step follows while its ops match the plan's view.
+pub(super) struct Follow {
+    pub(super) plan: CachedPlan,
+    pub(super) index: ScheduleIndex,
+}
+
+/// The ops recorded under a budget on one thread (see NOTE \[budget\]).
+pub(super) struct Session {
+    pub(super) budget_id: u32,
+    budget: u64,
+    dtr: Dtr,
+    /// Recorded nodes, by session index.
+    pub(super) handles: Vec<Weak<dyn GraphNode>>,
+    /// The planner's node of each index (for compaction and measured costs).
+    pub(super) nodes: Vec<planner::Node>,
+    pub(super) ids: Vec<NodeId>,
+    pub(super) index: HashMap<NodeId, u32, IdBuildHasher>,
+    /// Compact when this many nodes are listed.
+    compact_at: usize,
+    /// The cached plan this step follows (planned mode), while its ops match.
+    pub(super) follow: Option<Follow>,
+}
+
+impl Session {
+    fn new(budget_id: u32) -> Self {
+        let budget = bytes_of(budget_id);
+        LAST_BUDGET.store(budget, Ordering::Relaxed);
+        Self {
+            budget_id,
+            budget,
+            dtr: Dtr::new(budget),
+            handles: Vec::new(),
+            nodes: Vec::new(),
+            ids: Vec::new(),
+            index: HashMap::default(),
+            compact_at: 1024,
+            follow: None,
+        }
+    }
+
+    /// Forgets nodes that died or were consumed; the live ones are taken over by a resumed
+    /// [`Dtr`] (under `budget_id`, which may be a new budget), as they stand. Linear in the
+    /// session.
+    ///
+    /// # Errors
+    /// When the live values that cannot be rebuilt pass the budget (the session is then
+    /// empty).
+    pub(super) fn compact(&mut self, budget_id: u32) -> Result<(), planner::Error> {
+        let live: Vec<(usize, Arc<dyn GraphNode>)> = self
+            .handles
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| h.upgrade().map(|n| (i, n)))
+            .filter(|(_, n)| !n.is_consumed())
+            .collect();
+        let mut fresh = Session::new(budget_id);
+        fresh.compact_at = (2 * live.len()).max(1024);
+        if live.is_empty() {
+            *self = fresh;
+            return Ok(());
+        }
+        let mut remap = vec![u32::MAX; self.nodes.len()];
+        for (new, (old, _)) in live.iter().enumerate() {
+            remap[*old] = new as u32;
+        }
+        let keep = |list: &[u32]| -> Vec<u32> {
+            list.iter()
+                .map(|&v| remap[v as usize])
+                .filter(|&v| v != u32::MAX)
+                .collect()
+        };
+        let mut prefix = Vec::with_capacity(live.len());
+        let mut held = Vec::new();
+        for (new, (old, node)) in live.iter().enumerate() {
+            let mut entry = self.nodes[*old].clone();
+            entry.inputs = keep(&entry.inputs);
+            entry.step_reads = keep(&entry.step_reads);
+            prefix.push(entry);
+            if node.is_held() {
+                held.push(new as u32);
+            }
+            fresh.handles.push(Arc::downgrade(node));
+            fresh.ids.push(self.ids[*old]);
+            fresh.index.insert(self.ids[*old], new as u32);
+        }
+        fresh.dtr = match Dtr::resume(fresh.budget, prefix.clone(), &held) {
+            Ok(dtr) => dtr,
+            Err(_) => {
+                // The live graphs hold more than the (new) budget: evict what can be rebuilt
+                // and take over from there.
+                let mut pinned = Vec::new();
+                for &v in &held {
+                    let node = &live[v as usize].1;
+                    if prefix[v as usize].replayable {
+                        node.scheduled_free();
+                    }
+                    if node.is_held() {
+                        pinned.push(v);
+                    }
+                }
+                match Dtr::resume(fresh.budget, prefix.clone(), &pinned) {
+                    Ok(dtr) => dtr,
+                    Err(error) => {
+                        *self = Session::new(budget_id);
+                        return Err(error);
+                    }
+                }
+            }
+        };
+        fresh.nodes = prefix;
+        // A step following a plan keeps following it when nothing was forgotten (the
+        // indices, the plan's node numbers, are unchanged) under the same budget.
+        if live.len() == self.handles.len() && budget_id == self.budget_id {
+            fresh.follow = self.follow.take();
+        }
+        *self = fresh;
+        Ok(())
+    }
+}
+
+impl Session {
+    /// The planner's forward actions for op `index`, as what to carry out on the nodes.
+    fn to_apply(&self, actions: &[Action], index: u32) -> Vec<Apply> {
+        actions
+            .iter()
+            .filter_map(|action| match *action {
+                Action::Keep(v) if v == index => Some(Apply::KeepOutput),
+                Action::Keep(v) => Some(Apply::KeepInput(self.ids[v as usize])),
+                Action::Free(v) => Some(Apply::Evict(self.handles[v as usize].clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// What an op recorded under a budget reads and produces, before its node exists.
+pub(crate) struct Recorded<B: Backend> {
+    pub(crate) name: &'static str,
+    pub(crate) bytes: u64,
+    pub(crate) cost_ns: f64,
+    pub(crate) replayable: bool,
+    /// Recorded in a checkpoint region: never kept in the forward pass.
+    pub(crate) in_region: bool,
+    pub(crate) reads_output: bool,
+    pub(crate) fixed_bytes: u64,
+    /// Producers a replay reads.
+    pub(crate) inputs: Vec<NodeId>,
+    /// Producers the backward step reads.
+    pub(crate) step_reads: Vec<NodeId>,
+    /// Producers whose value this op has in hand (they may be kept now).
+    pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+}
+
+/// Makes room, before an op recorded under budget `budget_id` holds `bytes` of constants on
+/// its edges (they are counted from then on): the planner's online eviction drops values
+/// until they fit. Following a plan, the plan made that room at the previous op.
+pub(crate) fn reserve(budget_id: u32, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    let victims = SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let session = cell.as_mut()?;
+        if session.budget_id != budget_id || session.follow.is_some() {
+            return None;
+        }
+        // When nothing can make room, the op's recording reports it.
+        let victims = session.dtr.victims(bytes).ok()?;
+        Some(
+            victims
+                .into_iter()
+                .map(|v| session.handles[v as usize].clone())
+                .collect::<Vec<_>>(),
+        )
+    });
+    for node in victims.into_iter().flatten() {
+        if let Some(node) = node.upgrade() {
+            node.scheduled_free();
+        }
+    }
+}
+
+/// What to carry out after the planner answered, outside the session's borrow.
+enum Apply {
+    KeepOutput,
+    KeepInput(NodeId),
+    Evict(Weak<dyn GraphNode>),
+}
+
+/// Feeds a newly recorded op to this thread's session and carries out the planner's answer
+/// (NOTE \[budget\]). `node` was recorded with `output`.
+///
+/// # Panics
+/// When values that cannot be rebuilt no longer fit the budget.
+pub(crate) fn on_record<B: Backend>(
+    node: &Arc<Node<B>>,
+    recorded: Recorded<B>,
+    output: &FloatTensor<B>,
+) {
+    let budget_id = node.placement.budget;
+    let id = node.id;
+    let handle: Weak<dyn GraphNode> = Arc::downgrade(&(node.clone() as Arc<dyn GraphNode>));
+    let Recorded {
+        name,
+        bytes,
+        cost_ns,
+        replayable,
+        in_region,
+        reads_output,
+        fixed_bytes,
+        inputs,
+        step_reads,
+        in_hand,
+    } = recorded;
+    let answer = SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let session = cell.get_or_insert_with(|| Session::new(budget_id));
+        // A new graph after the ones recorded before were all dropped without backward (an
+        // evaluation pass, say): start over now, so that a step starting here finds an
+        // empty session and follows its plan. The oldest and the newest node are checked
+        // first; the scan stops at the first live node.
+        let dead = |h: &Weak<dyn GraphNode>| h.strong_count() == 0;
+        let dropped_before = session.handles.first().is_some_and(dead)
+            && session.handles.last().is_some_and(dead)
+            && inputs
+                .iter()
+                .chain(&step_reads)
+                .all(|id| !session.index.contains_key(id))
+            && session.handles.iter().all(dead);
+        if session.budget_id != budget_id
+            || session.handles.len() >= session.compact_at
+            || dropped_before
+        {
+            let budget = bytes_of(budget_id);
+            if let Err(error) = session.compact(budget_id) {
+                *cell = None;
+                return Err((budget, error));
+            }
+        }
+        let map = |ids: &[NodeId]| -> Vec<u32> {
+            ids.iter()
+                .filter_map(|id| session.index.get(id).copied())
+                .collect()
+        };
+        let index = session.nodes.len() as u32;
+        let mut reads = map(&step_reads);
+        if reads_output {
+            reads.push(index);
+        }
+        let entry = planner::Node::new(name, bytes, cost_ns)
+            .inputs(map(&inputs))
+            .step_reads(reads)
+            .replayable(replayable)
+            .fixed_bytes(fixed_bytes)
+            .forced((in_region && replayable).then_some(planner::Forced::Recompute));
+        if index == 0 && session.follow.is_none() {
+            // A new step: follow the plan of the last step run under this budget, if any.
+            session.follow = PLANS.with(|plans| {
+                let plans = plans.borrow();
+                let plan = plans
+                    .most_recent_starting_with(session.budget, &entry)?
+                    .clone();
+                let index = plan.schedule.index();
+                Some(Follow { plan, index })
+            });
+        }
+        let planned = session.follow.as_ref().and_then(|follow| {
+            let view = &follow.plan.view;
+            let same = (index as usize) < view.len() && same_structure(&entry, view.node(index));
+            same.then(|| follow.index.forward(index as usize))
+                .flatten()
+                .map(|range| follow.plan.schedule.actions()[range].to_vec())
+        });
+        if planned.is_none() && session.follow.take().is_some() && index > 0 {
+            // The step departs from the plan: online from here, from the state the plan left.
+            let held: Vec<u32> = (0..index)
+                .filter(|&v| {
+                    session.handles[v as usize]
+                        .upgrade()
+                        .is_some_and(|n| n.is_held())
+                })
+                .collect();
+            match Dtr::resume(session.budget, session.nodes.clone(), &held) {
+                Ok(dtr) => session.dtr = dtr,
+                Err(error) => {
+                    let budget = session.budget;
+                    *cell = None;
+                    return Err((budget, error));
+                }
+            }
+        }
+        session.nodes.push(entry.clone());
+        session.handles.push(handle);
+        session.ids.push(id);
+        session.index.insert(id, index);
+        if let Some(actions) = planned {
+            return Ok(session.to_apply(&actions, index));
+        }
+        match session.dtr.on_compute(entry) {
+            Ok(actions) => {
+                let actions = actions.to_vec();
+                Ok(session.to_apply(&actions, index))
+            }
+            Err(_) => {
+                // Graphs that died (dropped without backward) may still be counted: forget
+                // them and take over the live ones as they stand, the new op included.
+                let budget = session.budget;
+                match session.compact(budget_id) {
+                    Ok(()) => Ok(Vec::new()),
+                    Err(error) => {
+                        *cell = None;
+                        Err((budget, error))
+                    }
+                }
+            }
+        }
+    });
+    let actions = match answer {
+        Ok(actions) => actions,
+        Err((budget, error)) => too_small(budget, &error, Some(name)),
+    };
+    // In the planner's order (a plan may keep a value and drop it again before the next op
+    // to make room for that op's constants).
+    for action in actions {
+        match action {
+            Apply::KeepOutput => keep(node, output),
+            Apply::KeepInput(producer) => {
+                if let Some((node, value)) = in_hand.iter().find(|(n, _)| n.id == producer) {
+                    keep(node, value);
+                }
+            }
+            Apply::Evict(node) => {
+                if let Some(node) = node.upgrade() {
+                    node.scheduled_free();
+                }
+            }
+        }
+    }
+    if cfg!(any(debug_assertions, feature = "export_tests")) {
+        check_forward(budget_id);
+    }
+}
+
+/// Test and debug builds: the bytes the thread's session holds now, counted from the values
+/// themselves, are within the budget (for sessions of up to 4096 ops: the count is linear).
+fn check_forward(budget_id: u32) {
+    let held = SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let session = cell.as_ref()?;
+        (session.handles.len() <= 4096 && session.budget_id == budget_id).then(|| {
+            session
+                .handles
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|n| !n.is_consumed())
+                .map(|n| n.budget_bytes_now())
+                .sum::<u64>()
+        })
+    });
+    let budget = bytes_of(budget_id);
+    if let Some(held) = held {
+        assert!(
+            held <= budget,
+            "remat internal error: the forward pass holds {held} bytes under a budget of {budget}"
+        );
+    }
+}
+
+/// The values this thread's budget dropped that a backward step (or a replay) will read:
+/// rebuilt when read.
+pub(crate) fn dropped() -> Vec<crate::stats::report::DroppedValue> {
+    SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let Some(session) = cell.as_ref() else {
+            return Vec::new();
+        };
+        session
+            .handles
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|n| !n.is_consumed())
+            .filter_map(|n| {
+                n.evicted_bytes()
+                    .map(|bytes| crate::stats::report::DroppedValue {
+                        op: n.name(),
+                        bytes,
+                    })
+            })
+            .collect()
+    })
+}
+
+/// Stores `value` in `node`'s slot unless it is stored (a value the planner keeps before
+/// its first reader is recorded is not marked needed yet).
+fn keep<B: Backend>(node: &Node<B>, value: &FloatTensor<B>) {
+    let mut state = node.lock();
+    if !matches!(state.slot, Slot::Stored(_)) {
+        let reason = if node.placement.leaf_view {
+            KeepReason::Leaf
+        } else {
+            KeepReason::Saved
+        };
+        state.slot = Slot::Stored(Kept::new(value.clone(), reason, node.name));
+    }
+}
