@@ -124,6 +124,62 @@ fn a_budget_too_small_names_one_that_works() {
     );
 }
 
+/// A thread whose only step under a budget stopped as too small is answered from that step,
+/// not from the larger graph another thread ran last (the process-wide view `tradeoff()`
+/// falls back to): the wgpu tests hit it, one test's MLP told another's budget.
+#[test]
+fn check_budget_answers_from_this_thread_s_failed_step_not_another_thread_s_graph() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Another thread's last step: the same chain on 64 times larger values, so a smallest
+    // budget 64 times larger.
+    let other = std::thread::spawn(|| {
+        remat::with_policy(Policy::Budget(u64::MAX), || {
+            let x = leaf(64 * LEN);
+            let y = sin_exp(&x, 30);
+            gradient(&x, y)
+        });
+        remat::tradeoff().expect("a step ran").min_budget_bytes
+    })
+    .join()
+    .expect("the other thread's step");
+    let mine = std::thread::spawn(move || {
+        assert_eq!(
+            remat::check_budget(1),
+            Err(remat::BudgetError::TooSmall {
+                budget_bytes: 1,
+                min_budget_bytes: other,
+            }),
+            "a thread that ran no step under a budget is told the process's last"
+        );
+        // As a user would: try, and on a panic ask what to try next.
+        let mut budget = 1;
+        for _ in 0..5 {
+            let ran = std::panic::catch_unwind(|| {
+                remat::with_policy(Policy::Budget(budget), || chain(30))
+            });
+            match ran {
+                Ok((_, peak, _)) => {
+                    assert!(peak <= budget);
+                    return budget;
+                }
+                Err(_) => match remat::check_budget(budget) {
+                    Err(remat::BudgetError::TooSmall {
+                        min_budget_bytes, ..
+                    }) if min_budget_bytes > budget => budget = min_budget_bytes,
+                    answer => panic!("after a step too small at {budget}: {answer:?}"),
+                },
+            }
+        }
+        panic!("no budget found in five tries")
+    })
+    .join()
+    .expect("this thread's steps");
+    assert!(
+        mine < other,
+        "this thread's {mine} against the other's {other}"
+    );
+}
+
 #[test]
 fn the_trade_off_report_covers_the_smallest_budget_to_keeping_all() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -114,7 +114,9 @@ impl std::error::Error for BudgetError {}
 /// it can only panic). It costs what finding the smallest budget costs (one lean schedule,
 /// and the chain's when the graph is one), not the whole trade-off table.
 ///
-/// The step's graph is what its backward pass reached. A forward pass may also hold values
+/// The step is this thread's last under a budget; on a thread that ran none (a training
+/// loop on worker threads), the process's last. The step's graph is what its backward pass
+/// reached. A forward pass may also hold values
 /// of side computations that backward never reads (dropped before it), and a program may
 /// run several graphs a step (gradient accumulation, a second loss), the last not the
 /// largest: when a step under a budget stopped as too small (in its forward pass, or at
@@ -148,7 +150,15 @@ impl std::error::Error for BudgetError {}
 /// ```
 pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
     let failed = FAILED_NEED.with(core::cell::Cell::get);
-    let graph = match last_view() {
+    // This thread's own steps first: when its only step under a budget stopped as too small,
+    // what it needed is the answer, not the graph another thread ran last.
+    let own = THREAD_VIEW.with(|v| v.borrow().clone());
+    let view = match own {
+        Some(view) => Some(view),
+        None if failed > 0 => None,
+        None => LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+    };
+    let graph = match view {
         Some(view) => planner::smallest_budget(&view),
         None if failed > 0 => 0,
         None => return Err(BudgetError::NoStep),
