@@ -1,0 +1,325 @@
+//! The executor's backward pass: [`Exec::begin_backward`] once the graph is known, then
+//! [`Exec::step`] per step: the sweep replays the values the step reads that are not held
+//! (and what rebuilding them needs), each once, making room by eviction; when no room can be
+//! made, the lean sweep (NOTE \[lean-schedule\]). After the step, what nothing reads again
+//! dies (NOTE \[need\]).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::evict::Room;
+use super::{Exec, Strategy};
+use crate::planner::analysis::{Analysis, NONE};
+use crate::planner::simulate::for_each_distinct;
+use crate::planner::view::rebuildable;
+use crate::planner::{Action, Error, GraphView};
+
+impl Exec<'_> {
+    /// Starts the backward pass of an online run: the whole graph is known now.
+    pub(crate) fn begin_backward(&mut self, step_order: Vec<u32>) -> Result<(), Error> {
+        if self.view.is_none() {
+            let view = GraphView::with_step_order(self.nodes.to_vec(), step_order)?;
+            let analysis = Arc::new(Analysis::new(&view));
+            self.view = Some(Cow::Owned(view));
+            self.analysis = Some(analysis);
+        }
+        let analysis = self
+            .analysis
+            .clone()
+            .expect("remat internal error: analysis is set");
+        self.in_backward = true;
+        if !self.planned {
+            // Online, the forward pass counted what might be needed; now it is known. A
+            // pinned value will never be rebuilt: its inputs do not count it; a lost value
+            // is never read again.
+            self.need = analysis.need.clone();
+            for w in 0..self.nodes.len() {
+                if self.lost[w] {
+                    // Never read again (`settle_lost`).
+                    self.dead[w] = true;
+                }
+                let never_rebuilt = self.pinned_now[w] || self.lost[w];
+                if never_rebuilt && analysis.need[w] > 0 && rebuildable(&self.nodes[w]) {
+                    for k in 0..self.nodes[w].inputs.len() {
+                        let x = self.nodes[w].inputs[k];
+                        if !self.nodes[w].inputs[..k].contains(&x) {
+                            self.need[x as usize] -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        let mut dying = Vec::new();
+        for v in 0..self.nodes.len() as u32 {
+            if self.need[v as usize] > 0 || self.dead[v as usize] {
+                continue;
+            }
+            if analysis.need[v as usize] > 0 {
+                // Needed, but only by values that will never be rebuilt: its inputs count
+                // it, so it dies the usual way.
+                dying.push(v);
+            } else {
+                // Never needed: nothing counts it.
+                self.dead[v as usize] = true;
+                if self.held[v as usize] {
+                    self.out.push(Action::Free(v));
+                    self.release(v);
+                }
+                self.unmark_evicted(v);
+            }
+        }
+        self.die(dying);
+        for v in 0..self.nodes.len() as u32 {
+            self.try_release(v);
+        }
+        Ok(())
+    }
+
+    /// Runs the next backward step.
+    pub(crate) fn step(&mut self) -> Result<(), Error> {
+        let view = self
+            .view
+            .as_ref()
+            .expect("remat internal error: backward runs on a known graph");
+        let s = *view
+            .step_order()
+            .get(self.step_pos)
+            .expect("remat internal error: a step after the last one");
+        let mut reads: Vec<u32> = Vec::new();
+        for_each_distinct(&self.node(s).step_reads, |r| reads.push(r));
+        self.now += 1;
+        self.step_start = self.out.len();
+        let fell_back = match self.strategy {
+            Strategy::Lean => true,
+            _ => self.sweep(&reads).is_err(),
+        };
+        if fell_back {
+            if self.strategy != Strategy::Lean {
+                self.work.fallbacks += 1;
+            }
+            self.lean_sweep(&reads)?;
+        }
+        self.out.push(Action::Step(s));
+        self.work.units += 1;
+        self.stepped[s as usize] = true;
+        self.held_bytes -= self.node(s).fixed_bytes;
+        let mut dying = Vec::new();
+        for &r in &reads {
+            self.uses[r as usize] -= 1;
+            self.last_access[r as usize] = self.now;
+            self.need[r as usize] -= 1;
+            if self.need[r as usize] == 0 {
+                dying.push(r);
+            }
+        }
+        if self.need[s as usize] == 0 && !self.dead[s as usize] {
+            dying.push(s);
+        }
+        self.die(dying);
+        self.step_pos += 1;
+        let start = self.step_start;
+        let replayed: Vec<u32> = self.out[start..]
+            .iter()
+            .filter_map(|a| match a {
+                Action::Replay(x) => Some(*x),
+                _ => None,
+            })
+            .collect();
+        for &r in &reads {
+            self.try_release(r);
+        }
+        for x in replayed {
+            if self.held[x as usize] {
+                self.release_above(x);
+            }
+        }
+        if self.strategy == Strategy::Lean {
+            for &r in &reads {
+                if self.held[r as usize] && self.rebuildable(r) {
+                    self.out.push(Action::Free(r));
+                    self.release(r);
+                    self.mark_evicted(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the values in `dying` and everything that dies with them (NOTE [need]).
+    pub(super) fn die(&mut self, mut dying: Vec<u32>) {
+        while let Some(v) = dying.pop() {
+            if std::mem::replace(&mut self.dead[v as usize], true) {
+                continue;
+            }
+            if self.held[v as usize] {
+                self.out.push(Action::Free(v));
+                self.release(v);
+            }
+            self.unmark_evicted(v);
+            if self.rebuildable(v) {
+                let node = &self.nodes[v as usize];
+                for_each_distinct(&node.inputs, |u| {
+                    self.need[u as usize] -= 1;
+                    if self.need[u as usize] == 0 {
+                        dying.push(u);
+                    }
+                });
+            }
+        }
+    }
+
+    /// The values the sweep must replay to make `reads` held: not held, reached from the
+    /// reads through values that are not held; ascending.
+    fn closure(&mut self, reads: &[u32]) -> Vec<u32> {
+        let mut closure = Vec::new();
+        let mut stack: Vec<u32> = reads
+            .iter()
+            .copied()
+            .filter(|&r| !self.held[r as usize])
+            .collect();
+        while let Some(v) = stack.pop() {
+            self.work.units += 1;
+            if self.held[v as usize] || self.uses[v as usize] == NONE {
+                continue;
+            }
+            assert!(
+                self.rebuildable(v) && !self.dead[v as usize] && !self.stepped[v as usize],
+                "remat internal error: value {v} is needed but can no longer be rebuilt \
+                 (a pinned value was dropped while needed)"
+            );
+            // Mark as visited with a sentinel; reset below.
+            self.uses[v as usize] = NONE;
+            closure.push(v);
+            for &u in &self.nodes[v as usize].inputs {
+                if !self.held[u as usize] && self.uses[u as usize] != NONE {
+                    stack.push(u);
+                }
+            }
+        }
+        for &v in &closure {
+            self.uses[v as usize] = 0;
+        }
+        closure.sort_unstable();
+        closure
+    }
+
+    /// Locks the sweep's reads: every input of a closure value, and the step's reads.
+    fn lock(&mut self, closure: &[u32], reads: &[u32]) {
+        for &x in closure {
+            let node = &self.nodes[x as usize];
+            for_each_distinct(&node.inputs, |u| self.uses[u as usize] += 1);
+        }
+        for &r in reads {
+            self.uses[r as usize] += 1;
+        }
+    }
+
+    /// The sweep with evictions; `Err` when no room can be made (locks are then released).
+    fn sweep(&mut self, reads: &[u32]) -> Result<(), Room> {
+        let closure = self.closure(reads);
+        self.lock(&closure, reads);
+        self.replay_closure(&closure, reads, false)
+    }
+
+    /// Replays `closure` in order. Room for each replay is made by evicting unlocked values
+    /// and the inputs only it still needs, lowest score first; `eager` (the lean schedule)
+    /// takes every such input instead. `Err` when no room can be made (the locks of what is
+    /// left are released).
+    fn replay_closure(&mut self, closure: &[u32], reads: &[u32], eager: bool) -> Result<(), Room> {
+        for (k, &x) in closure.iter().enumerate() {
+            let consumable = self.consumable_inputs(x);
+            let bytes = self.node(x).bytes;
+            if eager {
+                let freed: u64 = consumable.iter().map(|&u| self.node(u).bytes).sum();
+                if self.held_bytes - freed + bytes > self.budget {
+                    self.releases.clear();
+                    self.unlock(&closure[k..], reads);
+                    return Err(Room::NoRoom);
+                }
+                self.replay(x, &consumable);
+                continue;
+            }
+            // The frontiers of the releases the replay may make stay held meanwhile.
+            let frontier: Vec<u32> = self
+                .releases
+                .iter()
+                .flat_map(|(_, plan)| plan.frontier.iter().copied())
+                .filter(|&w| w != x)
+                .collect();
+            for &w in &frontier {
+                self.uses[w as usize] += 1;
+            }
+            self.current_replay = Some(x);
+            let room = self.make_room(bytes, &consumable, None);
+            self.current_replay = None;
+            for &w in &frontier {
+                self.uses[w as usize] -= 1;
+            }
+            match room {
+                Ok(taken) => self.replay(x, &taken),
+                Err(_) => {
+                    self.releases.clear();
+                    self.unlock(&closure[k..], reads);
+                    return Err(Room::NoRoom);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the locks a sweep still holds for the closure values not replayed yet.
+    fn unlock(&mut self, rest: &[u32], reads: &[u32]) {
+        for &x in rest {
+            let node = &self.nodes[x as usize];
+            for_each_distinct(&node.inputs, |u| self.uses[u as usize] -= 1);
+        }
+        for &r in reads {
+            self.uses[r as usize] -= 1;
+        }
+    }
+
+    /// NOTE [lean-schedule]: evicts everything rebuildable, then rebuilds `reads` from scratch
+    /// (dropping each value after its last use when the strategy is lean).
+    fn lean_sweep(&mut self, reads: &[u32]) -> Result<(), Error> {
+        let held: Vec<u32> = self.candidates.clone();
+        for v in held {
+            self.out.push(Action::Free(v));
+            self.release(v);
+            self.mark_evicted(v);
+        }
+        let closure = self.closure(reads);
+        self.lock(&closure, reads);
+        // Beyond what the lean schedule holds, everything is evictable: making room by score
+        // fits wherever taking every input does, and keeps what later steps read if it can.
+        let eager = self.strategy == Strategy::Lean;
+        self.replay_closure(&closure, reads, eager)
+            .map_err(|_| self.infeasible(0))
+    }
+
+    /// Replays `x` (its inputs are held and locked); `taken` are inputs it consumes.
+    fn replay(&mut self, x: u32, taken: &[u32]) {
+        self.now += 1;
+        self.out.push(Action::Replay(x));
+        self.work.units += 1;
+        self.cost += self.node(x).cost;
+        for &u in taken {
+            self.out.push(Action::Free(u));
+            self.release(u);
+            self.mark_evicted(u);
+        }
+        self.unmark_evicted(x);
+        self.hold(x);
+        let releases = std::mem::take(&mut self.releases);
+        for (u, plan) in releases {
+            if taken.contains(&u) {
+                self.apply_release(u, plan);
+            }
+        }
+        let now = self.now;
+        let node = &self.nodes[x as usize];
+        for_each_distinct(&node.inputs, |u| {
+            self.uses[u as usize] -= 1;
+            self.last_access[u as usize] = now;
+        });
+    }
+}

@@ -1,0 +1,253 @@
+//! The executor's forward pass: each op appended ([`Exec::record`] online, [`Exec::adopt`]
+//! for the state another plan left), then run ([`Exec::compute`]): its constants find room,
+//! and the values it has in hand are kept, or not, as they become needed (NOTE \[need\]).
+
+use super::evict::Room;
+use super::{Exec, Strategy};
+use crate::planner::simulate::for_each_distinct;
+use crate::planner::view::rebuildable;
+use crate::planner::{Action, Error, Forced, Node};
+
+impl Exec<'_> {
+    /// Appends `node` (online) and counts what it needs, without running it.
+    fn append(&mut self, node: Node) -> Result<u32, Error> {
+        let j = self.nodes.len();
+        let invalid = |reason: String| Error::InvalidView {
+            node: Some(j as u32),
+            reason,
+        };
+        if let Some(&u) = node.inputs.iter().find(|&&u| u as usize >= j) {
+            return Err(invalid(format!("input {u} is not an earlier node")));
+        }
+        if let Some(&u) = node.step_reads.iter().find(|&&u| u as usize > j) {
+            return Err(invalid(format!("its step reads node {u}, a later node")));
+        }
+        if !node.cost.is_finite() || node.cost < 0.0 {
+            return Err(invalid(format!(
+                "cost {} is not a finite cost >= 0",
+                node.cost
+            )));
+        }
+        if node.forced == Some(Forced::Recompute) && !node.replayable {
+            return Err(invalid(
+                "it is forced to Recompute but cannot be replayed".into(),
+            ));
+        }
+        self.nodes.to_mut().push(node);
+        self.grow(j + 1);
+        let j = j as u32;
+        let node = &self.nodes[j as usize];
+        for_each_distinct(&node.inputs, |u| self.consumers[u as usize].push(j));
+        let replayable_consumer = rebuildable(node);
+        for_each_distinct(&node.step_reads, |r| {
+            self.reads_known[r as usize] += 1;
+            self.need[r as usize] += 1;
+        });
+        if replayable_consumer {
+            for_each_distinct(&node.inputs, |u| self.need[u as usize] += 1);
+        }
+        Ok(j)
+    }
+
+    /// Appends `node` (online) and runs its forward op.
+    pub(crate) fn record(&mut self, node: Node) -> Result<u32, Error> {
+        let j = self.append(node)?;
+        self.compute(j)?;
+        Ok(j)
+    }
+
+    /// After [`Exec::adopt`]ing a prefix: a value that cannot be rebuilt, may be needed and
+    /// is not held is *lost* for now: the plan either dropped it (NOTE [pin-release]: then
+    /// every consumer that may need it is computed, and held or kept when an op next has it
+    /// in hand) or keeps it later, when an op has it in hand (then it is kept again here,
+    /// and is no longer lost). The held values that depend on it through values not held are
+    /// pinned, and so is a value kept while one of its inputs is lost.
+    pub(crate) fn settle_lost(&mut self) {
+        let mut stack: Vec<u32> = Vec::new();
+        for u in 0..self.nodes.len() as u32 {
+            if !rebuildable(self.node(u)) && !self.held[u as usize] && self.need[u as usize] > 0 {
+                self.lost[u as usize] = true;
+                stack.push(u);
+            }
+        }
+        let mut seen = vec![false; self.nodes.len()];
+        while let Some(u) = stack.pop() {
+            for k in 0..self.consumers[u as usize].len() {
+                let w = self.consumers[u as usize][k];
+                if !rebuildable(self.node(w)) || std::mem::replace(&mut seen[w as usize], true) {
+                    continue;
+                }
+                if self.held[w as usize] {
+                    self.pinned_now[w as usize] = true;
+                    self.drop_candidate(w);
+                } else {
+                    stack.push(w);
+                }
+            }
+        }
+    }
+
+    /// Appends `node` (online) as already computed, with its value held or not, without
+    /// deciding anything: the state another plan left (see `Dtr::resume`).
+    pub(crate) fn adopt(&mut self, node: Node, held: bool) -> Result<u32, Error> {
+        let j = self.append(node)?;
+        self.computed = j + 1;
+        self.now += 1;
+        self.held_bytes += self.node(j).fixed_bytes;
+        self.peak = self.peak.max(self.held_bytes);
+        if held {
+            self.offered[j as usize] = true;
+            self.hold(j);
+        } else {
+            self.mark_evicted(j);
+        }
+        Ok(j)
+    }
+
+    /// Runs forward op `j` (all earlier ops ran).
+    pub(crate) fn compute(&mut self, j: u32) -> Result<(), Error> {
+        debug_assert_eq!(
+            j, self.computed,
+            "remat internal error: forward ops in order"
+        );
+        self.computed = j + 1;
+        self.now += 1;
+        let fixed = self.node(j).fixed_bytes;
+        if fixed > 0 && self.make_room(fixed, &[], None).is_err() {
+            return Err(self.infeasible(fixed));
+        }
+        self.out.push(Action::Compute(j));
+        self.work.units += 1;
+        self.held_bytes += fixed;
+        self.peak = self.peak.max(self.held_bytes);
+        let mut in_hand: Vec<u32> = Vec::new();
+        let node = self.node(j);
+        for_each_distinct(&node.inputs, |u| in_hand.push(u));
+        for &r in &node.step_reads {
+            if !in_hand.contains(&r) {
+                in_hand.push(r);
+            }
+        }
+        if !in_hand.contains(&j) {
+            in_hand.push(j);
+        }
+        for &u in &in_hand {
+            self.last_access[u as usize] = self.now;
+        }
+        for &u in &in_hand {
+            if self.offered[u as usize] {
+                continue;
+            }
+            if let Some(analysis) = &self.analysis
+                && self.planned
+                && self.late_keep
+                && analysis.last_in_hand[u as usize] != j
+            {
+                // Planned: keep a value at the last forward op that has it in hand.
+                continue;
+            }
+            if self.planned && self.late_keep {
+                // Decided now, whatever the decision.
+                self.offered[u as usize] = true;
+            }
+            if self.planned && !rebuildable(self.node(u)) && self.release_pinned(u, None) {
+                continue;
+            }
+            if self.pinned_now[u as usize] {
+                // Pinned in place of a value that was let go (NOTE [pin-release]), unless
+                // nothing needs it after all.
+                self.offered[u as usize] = true;
+                if self.dead[u as usize] {
+                    continue;
+                }
+                let bytes = self.node(u).bytes;
+                if self.make_room(bytes, &[], None).is_err() {
+                    return Err(self.infeasible(bytes));
+                }
+                self.out.push(Action::Keep(u));
+                self.unmark_evicted(u);
+                self.hold(u);
+                continue;
+            }
+            let mut keep = self.wants_keep(u);
+            if self.planned && self.may_keep(u) {
+                // NOTE [decisions]: keep it or not, the other way round if told so.
+                self.offered[u as usize] = true;
+                keep ^= self.decide(2) == 1;
+            }
+            if !keep {
+                continue;
+            }
+            self.offered[u as usize] = true;
+            let bytes = self.node(u).bytes;
+            if self.planned && self.rebuildable(u) && self.release_above_assuming(u, Some(u)) {
+                // Keeping `u` let a pinned input go, which made room for it.
+                self.out.push(Action::Keep(u));
+                self.unmark_evicted(u);
+                self.hold(u);
+                continue;
+            }
+            // A value whose input is lost (`settle_lost`) cannot be declined: it could not be
+            // rebuilt.
+            let input_lost = self.nodes[u as usize]
+                .inputs
+                .iter()
+                .any(|&x| self.lost[x as usize]);
+            let newcomer = (self.rebuildable(u) && !input_lost).then_some(u);
+            match self.make_room(bytes, &[], newcomer) {
+                Ok(_) => {
+                    self.out.push(Action::Keep(u));
+                    self.unmark_evicted(u);
+                    self.hold(u);
+                }
+                Err(Room::Declined) => {}
+                Err(Room::NoRoom) => return Err(self.infeasible(bytes)),
+            }
+        }
+        if !self.held[j as usize] {
+            self.mark_evicted(j);
+        }
+        if self.planned {
+            self.release_above(j);
+            for u in in_hand {
+                if self.held[u as usize] {
+                    self.release_above(u);
+                }
+                self.try_release(u);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the forward pass may keep `u` at all (a choice, not a need).
+    fn may_keep(&self, u: u32) -> bool {
+        let node = self.node(u);
+        self.strategy != Strategy::Lean
+            && rebuildable(node)
+            && node.forced != Some(Forced::Recompute)
+            && self.need[u as usize] > 0
+    }
+
+    /// Whether value `u`, in hand in the forward pass, should be kept now.
+    fn wants_keep(&self, u: u32) -> bool {
+        let node = self.node(u);
+        if node.forced == Some(Forced::Recompute) || self.need[u as usize] == 0 {
+            return false;
+        }
+        if !rebuildable(node) || node.inputs.iter().any(|&x| self.lost[x as usize]) {
+            // Cannot be rebuilt (`settle_lost`: an input is lost).
+            return true;
+        }
+        if self.strategy == Strategy::Lean {
+            return false;
+        }
+        if let Some(keep) = &self.keep {
+            return keep[u as usize];
+        }
+        let read_by_a_step = match &self.analysis {
+            Some(a) if self.planned => !a.read_positions[u as usize].is_empty(),
+            _ => self.reads_known[u as usize] > 0,
+        };
+        read_by_a_step || self.keep_sources
+    }
+}
