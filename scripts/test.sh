@@ -12,7 +12,11 @@
 #   6. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
 #      projects, the newest Burn 0.22.x and one pinned to 0.22.0 with an old lock, must
 #      resolve burn-autodiff to this repository and train on remat;
-#   7. lints: rustfmt (every workspace, first: it takes seconds), clippy with warnings as
+#   7. remat on Burn's wgpu backend (scripts/gpu-tests.sh, issue 21): a Vulkan driver (Mesa's
+#      llvmpipe, installed with apt-get when the machine has none), then gpu/oracle/ (Burn's
+#      own autodiff on the device) and gpu/tests/wgpu.rs (remat through the patch, with
+#      burn-fusion): parity, every control against SaveAll, device memory;
+#   8. lints: rustfmt (every workspace, first: it takes seconds), clippy with warnings as
 #      errors (the main, oracle and bench workspaces, every target; remat and burn-autodiff
 #      also with `tracing` and `export_tests` on), rustdoc with warnings as errors (the
 #      published crates).
@@ -46,8 +50,8 @@ elapsed() {
 step "disk before the build"
 df -h "$CARGO_TARGET_DIR" 2>/dev/null || df -h .
 
-step "rustfmt --check (main, oracle, bench)"
-for manifest in Cargo.toml oracle/Cargo.toml bench/Cargo.toml; do
+step "rustfmt --check (main, oracle, bench, gpu, gpu/oracle)"
+for manifest in Cargo.toml oracle/Cargo.toml bench/Cargo.toml gpu/Cargo.toml gpu/oracle/Cargo.toml; do
     cargo fmt --manifest-path "$manifest" --all -- --check \
         || fail "cargo fmt --manifest-path $manifest --all (run it and commit)"
 done
@@ -93,6 +97,11 @@ elapsed "$start"
 start=$SECONDS
 step "fresh Burn projects set up as README.md says (newest 0.22.x; =0.22.0 with an old lock)"
 ./scripts/fresh-projects.sh || fail "the fresh-project check (scripts/fresh-projects.sh)"
+elapsed "$start"
+
+start=$SECONDS
+step "remat on wgpu (scripts/gpu-tests.sh: Vulkan driver, GPU oracle, gpu/tests/wgpu.rs)"
+./scripts/gpu-tests.sh || fail "the wgpu tests (scripts/gpu-tests.sh)"
 elapsed "$start"
 
 start=$SECONDS

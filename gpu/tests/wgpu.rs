@@ -391,6 +391,13 @@ fn held_bytes_are_device_bytes_and_a_budget_lowers_them() {
             (device - remat).abs() <= 0.05 * remat,
             "{what}: the device holds {device} bytes for the step, remat counts {remat}"
         );
+        // What the pools reserve from the driver covers what is in use and its padding: the
+        // footprint a budget leaves on top (docs/GPU.md, "A budget in device memory").
+        let (in_use, padding, reserved) = held.pools;
+        assert!(
+            reserved >= in_use + padding,
+            "{what}: the pools reserve {reserved} bytes for {in_use} in use + {padding} padding"
+        );
     }
     assert!(
         quarter.device_after_forward < half.device_after_forward

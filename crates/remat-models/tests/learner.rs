@@ -11,6 +11,8 @@
 //! Every test holds [`programs::exclusive`] for its whole run: `stats()` and `set_policy`
 //! are process-wide.
 
+#![cfg(feature = "learner")]
+
 use burn::tensor::Device;
 use remat::Policy;
 use remat_models::programs::learner::{self, Layer};

@@ -172,6 +172,7 @@ fn spectral_matches_burn() {
     check("spectral", programs::spectral::run);
 }
 
+#[cfg(feature = "learner")]
 #[test]
 fn learner_matches_burn() {
     check("learner", programs::learner::run);
@@ -180,6 +181,7 @@ fn learner_matches_burn() {
 /// The Learner on a gradient-checkpointing device (`SupervisedTraining::gradient_checkpointing()`):
 /// Burn's `BalancedCheckpointing` against remat's under its default process-wide policy
 /// (`Balanced`; `tests/learner.rs` runs the others).
+#[cfg(feature = "learner")]
 #[test]
 fn learner_checkpointing_matches_burn() {
     check(
@@ -190,6 +192,7 @@ fn learner_checkpointing_matches_burn() {
 
 /// One `remat::checkpoint` region per layer, opened inside the model's forward (so on whatever
 /// thread the Learner runs the step), against Burn's plain run.
+#[cfg(feature = "learner")]
 #[test]
 fn learner_with_regions_matches_burn() {
     check("learner", |device| {

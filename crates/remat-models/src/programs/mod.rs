@@ -13,6 +13,10 @@ pub mod cnn;
 pub mod conv1d;
 pub mod decoder;
 pub mod finetune;
+/// Needs Burn's `train` feature (burn-train), behind this crate's `learner` feature (a default
+/// of `remat-models` and `oracle/`; the GPU workspaces leave it off, their builds skip
+/// burn-train and the Flex backend it brings).
+#[cfg(feature = "learner")]
 pub mod learner;
 pub mod losses;
 pub mod lstm;
@@ -60,7 +64,8 @@ pub type Program = fn(&Device) -> TrainReport;
 
 /// Every program, by name.
 pub fn all() -> Vec<(&'static str, Program)> {
-    vec![
+    #[allow(unused_mut)]
+    let mut all = vec![
         ("mlp", mlp::run as Program),
         ("cnn", cnn::run as Program),
         ("transformer", transformer::run as Program),
@@ -73,12 +78,16 @@ pub fn all() -> Vec<(&'static str, Program)> {
         ("lora", finetune::run_lora as Program),
         ("qlora", finetune::run_qlora as Program),
         ("spectral", spectral::run as Program),
+    ];
+    #[cfg(feature = "learner")]
+    all.extend([
         ("learner", learner::run as Program),
         (
             "learner_checkpointing",
             learner::run_checkpointing as Program,
         ),
-    ]
+    ]);
+    all
 }
 
 /// Serializes program runs within a process.
