@@ -260,6 +260,10 @@ fn step<B: AutodiffBackend>(
     if trace {
         std::thread::sleep(Duration::from_millis(2));
     }
+    let device = B::Device::default();
+    // On a device backend (CubeCL's pools) memory is the device's: bytes in use, read after a
+    // sync (queued ops allocate when they run). Host backends have no pools.
+    let device_base = device_in_use::<B>(&device);
     remat::reset_stats();
     let base = alloc::live();
     alloc::reset_peak();
@@ -271,8 +275,14 @@ fn step<B: AutodiffBackend>(
     let run = || {
         let out = models::forward::<B>(&spec.config, weights, input.clone(), &hook);
         let loss = B::float_mean(B::float_mul(out.clone(), out));
+        // On an asynchronous backend this waits for the forward pass to run (a no-op on
+        // host backends), so that its time and the bytes it keeps are measured.
+        let device_kept = device_in_use::<B>(&device);
         let forward_ns = start.elapsed().as_nanos() as u64;
-        let kept = alloc::live() as i64 - base as i64;
+        let kept = match (device_base, device_kept) {
+            (Some(before), Some(after)) => after as i64 - before as i64,
+            _ => alloc::live() as i64 - base as i64,
+        };
         let remat_kept = remat::stats().live_bytes;
         hook.mark();
         let grads = B::backward(loss);
@@ -282,8 +292,14 @@ fn step<B: AutodiffBackend>(
         Some(policy) => remat::with_policy(policy, run),
         None => run(),
     };
+    let device_after = device_in_use::<B>(&device);
     let ns = start.elapsed().as_nanos() as u64;
-    let peak = alloc::peak().saturating_sub(base);
+    // The device has no peak counter: its larger of the two samples (after the forward pass,
+    // after backward with the gradients) stands for it.
+    let peak = match (device_base, device_after) {
+        (Some(before), Some(after)) => (after.saturating_sub(before)).max(kept.max(0) as u64),
+        _ => alloc::peak().saturating_sub(base),
+    };
     let is_remat = engine.engine() == "remat";
     let after = remat::stats();
     let replays = is_remat.then_some(after.replays);
@@ -322,6 +338,13 @@ fn step<B: AutodiffBackend>(
         fingerprint,
         trace,
     }
+}
+
+/// The device's bytes in use after a sync, on a backend with memory pools (wgpu, CUDA);
+/// `None` on host backends (their memory is the counting allocator's).
+fn device_in_use<B: AutodiffBackend>(device: &B::Device) -> Option<u64> {
+    B::sync(device).expect("the device syncs");
+    B::memory_pool_usage(device).map(|usage| usage.bytes_in_use)
 }
 
 fn fingerprint<B: AutodiffBackend>(

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run --release --manifest-path bench/Cargo.toml -- [flags]
-//!   --models mlp,transformer,convnet   --backends flex,ndarray
+//!   --models mlp,transformer,convnet,resmlp   --backends flex,ndarray (and wgpu, built with
+//!   `--features wgpu`: small sizes; memory columns are the device's bytes in use)
 //!   --engines burn,burn-balanced,saveall,balanced,recomputeall,regions (default: all)
 //!   --budgets 75,50,30,20,10,5 (percentages of remat SaveAll's held-bytes peak; mlp adds 25)
 //!   --no-budget (skip the budget curve)  --only budget (SaveAll, regions and the budget curve)
@@ -72,7 +73,7 @@ struct Opts {
 
 fn parse_args() -> Result<Opts, String> {
     let mut opts = Opts {
-        models: vec![Kind::Mlp, Kind::Transformer, Kind::Convnet],
+        models: vec![Kind::Mlp, Kind::Transformer, Kind::Convnet, Kind::ResMlp],
         engines: Engine::ALL.to_vec(),
         backends: vec!["flex".into(), "ndarray".into()],
         steps: 5,
@@ -120,9 +121,14 @@ fn parse_args() -> Result<Opts, String> {
                 if let Some(b) = opts
                     .backends
                     .iter()
-                    .find(|b| *b != "flex" && *b != "ndarray")
+                    .find(|b| !["flex", "ndarray", "wgpu"].contains(&b.as_str()))
                 {
                     return Err(format!("unknown backend {b}"));
+                }
+                if opts.backends.iter().any(|b| b == "wgpu") && !cfg!(feature = "wgpu") {
+                    return Err("the wgpu backend needs the bench built with it: \
+                                cargo run --release --features wgpu -- --backends wgpu ..."
+                        .into());
                 }
             }
             "--steps" => opts.steps = number(&arg, args.next())?.max(1),
@@ -184,6 +190,10 @@ fn parse_args() -> Result<Opts, String> {
 
 fn config(opts: &Opts, kind: Kind, backend: &str) -> Config {
     let mut c = Config::default_for(kind);
+    if backend == "wgpu" {
+        // Small sizes: llvmpipe (the CPU Vulkan driver CI machines have) is slow.
+        c = c.small();
+    }
     if let Some(b) = opts.batch {
         c.batch = b;
     }
@@ -205,7 +215,10 @@ fn config(opts: &Opts, kind: Kind, backend: &str) -> Config {
 fn make_runner(backend: &str, engine: Engine, spec: Arc<Spec>) -> Runner {
     match backend {
         "flex" => engine::runner::<burn_flex::Flex>(engine, spec),
-        _ => engine::runner::<NdArray>(engine, spec),
+        "ndarray" => engine::runner::<NdArray>(engine, spec),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => engine::runner::<burn_wgpu::Wgpu>(engine, spec),
+        other => unreachable!("backend {other} passed parse_args"),
     }
 }
 
@@ -293,7 +306,12 @@ fn calibrate_budgets(
         target: BudgetTarget::Unbounded,
     });
     let mut run = make_runner(backend, unbounded, spec.clone());
-    try_step(&mut run).map_err(|m| format!("{tag}: Budget(u64::MAX) panicked: {m}"))?;
+    // Two steps: the engine times each kind of op in its first two steps and plans with the
+    // lower of the two (NOTE [timing-window]), so the curve, the plans and the floors below
+    // weigh warm op times, taken in this run.
+    for _ in 0..2 {
+        try_step(&mut run).map_err(|m| format!("{tag}: Budget(u64::MAX) panicked: {m}"))?;
+    }
     let tradeoff = remat::tradeoff();
     if let (Some(dir), Some(t)) = (&opts.dump_views, &tradeoff) {
         let path = dir.join(format!("{}-{backend}.view", kind.name()));
@@ -416,7 +434,13 @@ fn calibrate_budgets(
 
 fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String> {
     let config = config(opts, kind, backend);
-    let description = config.describe();
+    let mut description = config.describe();
+    if backend == "wgpu" {
+        description.push_str(
+            "; memory columns: the device's bytes in use (CubeCL's pools, after a sync at the \
+             forward pass's end and after backward), not the host allocator's",
+        );
+    }
     eprintln!("== {} on {backend}: {description}", kind.name());
     let spec = Arc::new(Spec::new(config.clone()));
     let mut runners: Vec<Prepared> = opts
@@ -553,6 +577,11 @@ fn run_micro(opts: &Opts, backend: &str) -> Vec<MicroRun> {
         Engine::RematBalanced,
     ];
     let mut reps: Vec<Vec<engine::Micro>> = vec![Vec::new(); engines.len()];
+    if backend == "wgpu" {
+        // An op on 16 elements is a kernel launch there: what it measures is the queue.
+        eprintln!("   micro: skipped on wgpu (it measures host bookkeeping)");
+        return Vec::new();
+    }
     for rep in 0..=opts.micro_reps {
         for (i, &e) in engines.iter().enumerate() {
             let m = match backend {

@@ -21,6 +21,9 @@ pub enum Kind {
     Transformer,
     /// Residual blocks of two 3x3 convolutions + ReLU.
     Convnet,
+    /// A long chain: `layers` residual blocks `x + Linear(GELU(Linear(x)))` (issue 19's
+    /// long-sequence model: a chain of 200 small blocks with a fan-out inside each).
+    ResMlp,
 }
 
 impl Kind {
@@ -30,6 +33,7 @@ impl Kind {
             "mlp" => Some(Kind::Mlp),
             "transformer" => Some(Kind::Transformer),
             "convnet" => Some(Kind::Convnet),
+            "resmlp" => Some(Kind::ResMlp),
             _ => None,
         }
     }
@@ -40,6 +44,7 @@ impl Kind {
             Kind::Mlp => "mlp",
             Kind::Transformer => "transformer",
             Kind::Convnet => "convnet",
+            Kind::ResMlp => "resmlp",
         }
     }
 }
@@ -94,6 +99,34 @@ impl Config {
                 heads: 0,
                 d_ff: 0,
             },
+            Kind::ResMlp => Config {
+                kind,
+                batch: 128,
+                layers: 200,
+                width: 256,
+                seq: 0,
+                heads: 0,
+                d_ff: 0,
+            },
+        }
+    }
+
+    /// The same model at small sizes, for slow devices (wgpu on llvmpipe, a CPU driver).
+    pub fn small(self) -> Config {
+        let (batch, layers, width, seq, heads, d_ff) = match self.kind {
+            Kind::Mlp => (64, 8, 256, 0, 0, 0),
+            Kind::Transformer => (2, 2, 64, 64, 4, 256),
+            Kind::Convnet => (2, 2, 16, 16, 0, 0),
+            Kind::ResMlp => (32, 50, 64, 0, 0, 0),
+        };
+        Config {
+            batch,
+            layers,
+            width,
+            seq,
+            heads,
+            d_ff,
+            ..self
         }
     }
 
@@ -116,6 +149,12 @@ impl Config {
                 self.batch,
                 c = self.width,
                 s = self.seq
+            ),
+            Kind::ResMlp => format!(
+                "{} residual blocks x + Linear {w}->{w}(GELU(Linear {w}->{w}(x))), batch {}",
+                self.layers,
+                self.batch,
+                w = self.width
             ),
         }
     }
@@ -219,6 +258,18 @@ impl Spec {
                 }
                 rng.leaf(&[c.batch, ch, c.seq, c.seq], 1.0, 0.0)
             }
+            Kind::ResMlp => {
+                // The second layer of each block is scaled down by sqrt(blocks), so that the
+                // residual stream stays of order one over the whole chain.
+                let damp = (c.layers.max(1) as f32).sqrt();
+                for _ in 0..c.layers {
+                    params.push(rng.leaf(&[c.width, c.width], uniform_scale(c.width) * 1.4, 0.0));
+                    params.push(rng.leaf(&[1, c.width], 0.1, 0.0));
+                    params.push(rng.leaf(&[c.width, c.width], uniform_scale(c.width) / damp, 0.0));
+                    params.push(rng.leaf(&[1, c.width], 0.1 / damp, 0.0));
+                }
+                rng.leaf(&[c.batch, c.width], 1.0, 0.0)
+            }
         };
         Spec {
             config,
@@ -312,6 +363,14 @@ pub fn forward<B: AutodiffBackend>(
                     let y = B::relu(y);
                     let y = B::conv2d(y, p[2].clone(), Some(p[3].clone()), options.clone());
                     B::relu(B::float_add(x, y))
+                });
+            }
+        }
+        Kind::ResMlp => {
+            for p in w.chunks(4) {
+                x = hook.layer(|| {
+                    let h = B::gelu(linear::<B>(x.clone(), &p[0], &p[1]));
+                    B::float_add(x, linear::<B>(h, &p[2], &p[3]))
                 });
             }
         }

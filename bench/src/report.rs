@@ -356,17 +356,24 @@ impl Ratio {
         if self.infeasible && self.target.is_some() {
             return "NO (infeasible)".into();
         }
+        // A measurement below its floor means the floor's model of the step is wrong there
+        // (it is a bound on a model, not on time): never "no schedule can" then.
+        let beaten = self.floor.filter(|&floor| self.value < floor);
         match (self.target, self.floor) {
-            (Some(t), Some(floor)) if self.value <= t && floor > t => {
-                format!("yes, but below the floor of {floor:.3}: timing noise")
-            }
-            (Some(t), _) if self.value <= t => "yes".into(),
+            (None, _) => "-".into(),
+            (Some(t), _) if self.value <= t => match beaten {
+                Some(floor) => format!("yes (measured below its floor of {floor:.3}: a bug)"),
+                None => "yes".into(),
+            },
+            (Some(_), _) if beaten.is_some() => format!(
+                "NO (measured below its floor of {:.3}: the floor's model is wrong here, a bug)",
+                beaten.unwrap_or(f64::NAN)
+            ),
             (Some(t), Some(floor)) if floor > t => {
-                format!("NO (no schedule can: at least {floor:.3})")
+                format!("NO (no schedule can, in the planner's model: at least {floor:.3})")
             }
             (Some(_), Some(floor)) => format!("NO (a schedule could: at least {floor:.3})"),
             (Some(_), None) => "NO".into(),
-            (None, _) => "-".into(),
         }
     }
 }
@@ -425,7 +432,46 @@ pub fn check(run: &mut ModelRun) {
             ));
         }
     }
+    problems.extend(floors_beaten(run));
     run.problems = problems;
+}
+
+/// The floor of a budget point against SaveAll: `1 + the lower bound on recompute at the
+/// budget that ran / SaveAll's median step` (both from the same run).
+fn floor_of(run: &ModelRun, point: &BudgetInfo) -> Option<f64> {
+    let all = find(run, "remat", "SaveAll")?;
+    Some(1.0 + point.bound_ns? / (all.median_ms * 1e6))
+}
+
+/// Every budget point whose measured step (median ratio to SaveAll, same rounds) beats its
+/// floor: the lower bound's model of the step (op times of the calibration step, the
+/// bytes the relaxation counts) is wrong there, which is a bug to report, not noise.
+fn floors_beaten(run: &ModelRun) -> Vec<String> {
+    let (Some(budget), Some(all)) = (&run.budget, find(run, "remat", "SaveAll")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for point in &budget.points {
+        let (Some(floor), Some(ours)) = (floor_of(run, point), budget_engine(run, point)) else {
+            continue;
+        };
+        if ours.budget_bytes == Some(u64::MAX) {
+            continue;
+        }
+        let (value, spread) = time_ratio(ours, all);
+        if value < floor {
+            out.push(format!(
+                "{} on {}: {} measured {value:.3}x SaveAll{}, below its floor of {floor:.3} (the \
+                 planner's lower bound on recompute with this run's op times): the floor's model \
+                 of the step is wrong at this budget",
+                run.model,
+                run.backend,
+                point.target,
+                spread.map_or(String::new(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]")),
+            ));
+        }
+    }
+    out
 }
 
 fn find<'a>(run: &'a ModelRun, engine: &str, policy: &str) -> Option<&'a EngineRun> {
@@ -533,6 +579,9 @@ pub fn ratios(results: &Results) -> Vec<Ratio> {
             );
         }
         out.extend(budget_ratios(run));
+        if run.model == "resmlp" {
+            out.extend(long_chain_ratio(run));
+        }
     }
     let backends: Vec<String> = {
         let mut b: Vec<String> = results.micro.iter().map(|m| m.backend.clone()).collect();
@@ -631,10 +680,7 @@ fn budget_ratios(run: &ModelRun) -> Vec<Ratio> {
             _ => (f64::NAN, None),
         };
         // The floor compares with SaveAll; against another engine it says nothing.
-        let floor = match (against, point.bound_ns, find(run, "remat", "SaveAll")) {
-            (None, Some(bound), Some(all)) => Some(1.0 + bound / (all.median_ms * 1e6)),
-            _ => None,
-        };
+        let floor = against.is_none().then(|| floor_of(run, point)).flatten();
         out.push(Ratio {
             what,
             model: run.model.clone(),
@@ -647,6 +693,32 @@ fn budget_ratios(run: &ModelRun) -> Vec<Ratio> {
         });
     }
     out
+}
+
+/// The long chain's target (issue 19): a step runs under a budget of 5% of SaveAll's held
+/// bytes, its held peak within it (held peak / budget, at most 1; infeasible when 5% was
+/// below the smallest budget and the point ran at a larger one).
+fn long_chain_ratio(run: &ModelRun) -> Option<Ratio> {
+    let point = run
+        .budget
+        .as_ref()?
+        .points
+        .iter()
+        .find(|p| p.percent == Some(5))?;
+    let engine = budget_engine(run, point);
+    let value = engine
+        .and_then(|e| e.remat_peak_bytes)
+        .map_or(f64::NAN, |peak| peak as f64 / point.requested_bytes as f64);
+    Some(Ratio {
+        what: "held peak / budget: remat Budget 5% (the long chain runs in 5% of SaveAll)".into(),
+        model: run.model.clone(),
+        backend: run.backend.clone(),
+        value,
+        spread: None,
+        target: Some(1.0),
+        infeasible: !point.feasible(),
+        floor: None,
+    })
 }
 
 fn mb(bytes: f64) -> f64 {
