@@ -1,5 +1,5 @@
 //! The budget's hooks in a backward pass: the [`ScheduledPass`] that carries out the plan
-//! `budget::plan_pass` makes (NOTE \[budget\] in `checkpoint/budget.rs`).
+//! `budget::plan_pass` makes (NOTE \[budget\] in `checkpoint/budget/`).
 //!
 //! The graph's traversal (`graph/backward.rs`) does not name the budget: it asks
 //! [`schedule`] once its nodes are ordered, and runs the answer node by node (the nodes

@@ -113,7 +113,7 @@ pub enum Policy {
     /// Keep only what cannot be rebuilt: leaves, constants and outputs of random ops.
     RecomputeAll,
     /// Hold at most this many bytes for backward at any moment of a training step, at the
-    /// least extra compute the engine finds (NOTE \[budget\] in `checkpoint/budget.rs`).
+    /// least extra compute the engine finds (NOTE \[budget\] in `checkpoint/budget/`).
     ///
     /// The bytes are those [`stats`](crate::stats()) counts as kept (saved, rebuilt and
     /// constant values; not leaves, which are the user's own tensors), through the forward

@@ -6,7 +6,7 @@
 //!
 //! The layers above reach into a pass only through [`PassHooks`]: a schedule that carries
 //! the pass out instead of counted reads (the budget's, NOTE \[budget\] in
-//! `checkpoint/budget.rs`), and a callback for each distributed leaf whose gradient is
+//! `checkpoint/budget/`), and a callback for each distributed leaf whose gradient is
 //! complete (NOTE [distributed-backward] in `backend/distributed.rs`).
 
 use core::any::TypeId;
@@ -105,7 +105,7 @@ fn run<B: Backend>(
             core::any::type_name::<B>()
         );
     }
-    // NOTE [budget] in `checkpoint/budget.rs`: a pass over nodes recorded under a budget is
+    // NOTE [budget] in `checkpoint/budget/`: a pass over nodes recorded under a budget is
     // planned whole before any step runs (a graph that cannot fit panics here), then carried
     // out node by node.
     let scheduled = hooks.schedule(&order);

@@ -71,7 +71,7 @@ pub(crate) struct State<B: BackendTypes> {
     /// in `backend/distributed.rs`).
     pub(crate) distributed: Option<Box<DistributedParams>>,
     /// Set for the nodes of a backward pass that carries out a budget's schedule (NOTE
-    /// [budget] in `checkpoint/budget.rs`): reads hand out clones and never free, and
+    /// [budget] in `checkpoint/budget/`): reads hand out clones and never free, and
     /// `n_required` counts only the reads before a hand-over (NOTE [hand-over]); the
     /// schedule frees.
     pub(crate) scheduled: bool,

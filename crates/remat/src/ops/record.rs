@@ -234,7 +234,7 @@ fn record_impl<B: Backend, R: Rule<B>>(
 }
 
 /// What the budget's session needs from the recording of one op (NOTE \[budget\] in
-/// `checkpoint/budget.rs`): the inputs' values in hand, and the measured forward time.
+/// `checkpoint/budget/`): the inputs' values in hand, and the measured forward time.
 struct Budgeted<B: Backend> {
     in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
     cost_ns: Option<f64>,

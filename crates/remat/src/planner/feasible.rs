@@ -6,7 +6,7 @@
 //! step's reads from scratch: it replays every value they need that is not held, in index
 //! order, each once, dropping each value after the last replay that reads it; then it runs
 //! the step and drops everything it rebuilt. Every generator falls back to this sweep for a
-//! step when it cannot make room otherwise (`exec.rs`), so every generator meets any budget
+//! step when it cannot make room otherwise (`exec/`), so every generator meets any budget
 //! the lean schedule meets.
 //!
 //! Cost model: [`min_feasible_budget`] does not run the lean schedule (that is quadratic on a

@@ -28,7 +28,7 @@
 //! **Rebuildable** values are replayable and not forced to Keep. The others are *pinned*:
 //! kept from a forward op that has them in hand until nothing can need them (NOTE \[need\] in
 //! `analysis.rs`), or until every value that could need them is held: those are then pinned
-//! in their place (NOTE \[pin-release\] in `exec.rs`).
+//! in their place (NOTE \[pin-release\] in `exec/release.rs`).
 //!
 //! # What is here
 //! - [`simulate`]: the one simulator. It checks a schedule and returns the peak, the

@@ -12,7 +12,7 @@
 //!   above [`min_feasible_budget`](super::min_feasible_budget).
 //!
 //! Cost model: a constant number of executor runs, each near-linear in the graph (see
-//! `exec.rs`), plus one simulation per candidate.
+//! `exec/`), plus one simulation per candidate.
 //!
 //! # Invariants
 //! - A returned schedule passes [`simulate`](super::simulate) under the budget.
@@ -408,7 +408,7 @@ impl Tier {
 }
 
 /// Iterated limited-discrepancy search over a run's decisions (NOTE [decisions] in
-/// `exec.rs`): from the current run, try every single decision taken another way and move to
+/// `exec/`): from the current run, try every single decision taken another way and move to
 /// the cheapest such run if it is cheaper; when none is, try pairs of the most promising
 /// single changes. Stops when nothing helps or `runs` executor runs are spent; returns the
 /// runs left.
