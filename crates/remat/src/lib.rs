@@ -20,6 +20,31 @@
 
 #![deny(missing_docs)]
 
+/// Implements trait methods that hand their arguments, unchanged and in order, to the same
+/// method of the inner backend `B` (in scope where it is invoked), each written as its
+/// signature followed by `;`. With `count: f;` first, each method calls `f("name")` before
+/// delegating. The engine's int and bool ops use it (int tensors carry no gradient), and so
+/// does the tests' counting wrapper (`tests/support/counting.rs`); not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! delegate_to_inner {
+    (count: $hook:path; $( fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
+        $(
+            fn $name( $( $arg : $ty ),* ) -> $ret {
+                $hook(stringify!($name));
+                B::$name( $( $arg ),* )
+            }
+        )*
+    };
+    ($( fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) -> $ret:ty ; )* ) => {
+        $(
+            fn $name( $( $arg : $ty ),* ) -> $ret {
+                B::$name( $( $arg ),* )
+            }
+        )*
+    };
+}
+
 mod active;
 mod backend;
 pub mod checkpoint;

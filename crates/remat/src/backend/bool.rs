@@ -1,8 +1,8 @@
 //! Bool tensor ops: delegated to the inner backend (bool tensors carry no gradient).
 //!
 //! Every method, provided ones included, calls the inner backend's own version so that its
-//! specialised kernels are used; only `bool_into_float` wraps its result as an untracked
-//! float tensor.
+//! specialised kernels are used (`delegate_to_inner!` writes those bodies); only
+//! `bool_into_float` wraps its result as an untracked float tensor.
 
 use burn_backend::ops::*;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
@@ -15,202 +15,51 @@ use crate::checkpoint::strategy::CheckpointStrategy;
 use crate::tensor::AutodiffTensor;
 
 impl<B: Backend, C: CheckpointStrategy> BoolTensorOps<Self> for Autodiff<B, C> {
-    fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
-        B::bool_empty(shape, device, dtype)
-    }
-
-    fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
-        B::bool_zeros(shape, device, dtype)
-    }
-
-    fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
-        B::bool_ones(shape, device, dtype)
-    }
-
-    fn bool_into_data(
-        tensor: BoolTensor<Self>,
-    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        B::bool_into_data(tensor)
-    }
-
-    fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self> {
-        B::bool_from_data(data, device)
-    }
-
-    fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
-        B::bool_into_int(tensor, out_dtype)
+    delegate_to_inner! {
+        fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self>;
+        fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self>;
+        fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self>;
+        fn bool_into_data(tensor: BoolTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
+        fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self>;
+        fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self>;
     }
 
     fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
         AutodiffTensor::new(B::bool_into_float(tensor, out_dtype))
     }
 
-    fn bool_to_device(tensor: BoolTensor<Self>, device: &Device<Self>) -> BoolTensor<Self> {
-        B::bool_to_device(tensor, device)
-    }
-
-    fn bool_reshape(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> {
-        B::bool_reshape(tensor, shape)
-    }
-
-    fn bool_slice(tensor: BoolTensor<Self>, slices: &[Slice]) -> BoolTensor<Self> {
-        B::bool_slice(tensor, slices)
-    }
-
-    fn bool_slice_assign(
-        tensor: BoolTensor<Self>,
-        slices: &[Slice],
-        value: BoolTensor<Self>,
-    ) -> BoolTensor<Self> {
-        B::bool_slice_assign(tensor, slices, value)
-    }
-
-    fn bool_mask_where(
-        tensor: BoolTensor<Self>,
-        mask: BoolTensor<Self>,
-        value: BoolTensor<Self>,
-    ) -> BoolTensor<Self> {
-        B::bool_mask_where(tensor, mask, value)
-    }
-
-    fn bool_mask_fill(
-        tensor: BoolTensor<Self>,
-        mask: BoolTensor<Self>,
-        value: Scalar,
-    ) -> BoolTensor<Self> {
-        B::bool_mask_fill(tensor, mask, value)
-    }
-
-    fn bool_mask_select(
-        tensor: BoolTensor<Self>,
-        mask: BoolTensor<Self>,
-    ) -> impl Future<Output = BoolTensor<Self>> + 'static + Send {
-        B::bool_mask_select(tensor, mask)
-    }
-
-    fn bool_gather(
-        dim: usize,
-        tensor: BoolTensor<Self>,
-        indices: IntTensor<Self>,
-    ) -> BoolTensor<Self> {
-        B::bool_gather(dim, tensor, indices)
-    }
-
-    fn bool_scatter_or(
-        dim: usize,
-        tensor: BoolTensor<Self>,
-        indices: IntTensor<Self>,
-        value: BoolTensor<Self>,
-    ) -> BoolTensor<Self> {
-        B::bool_scatter_or(dim, tensor, indices, value)
-    }
-
-    fn bool_select(
-        tensor: BoolTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-    ) -> BoolTensor<Self> {
-        B::bool_select(tensor, dim, indices)
-    }
-
-    fn bool_select_or(
-        tensor: BoolTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-        value: BoolTensor<Self>,
-    ) -> BoolTensor<Self> {
-        B::bool_select_or(tensor, dim, indices, value)
-    }
-
-    fn bool_repeat_dim(tensor: BoolTensor<Self>, dim: usize, times: usize) -> BoolTensor<Self> {
-        B::bool_repeat_dim(tensor, dim, times)
-    }
-
-    fn bool_cat(tensors: Vec<BoolTensor<Self>>, dim: usize) -> BoolTensor<Self> {
-        B::bool_cat(tensors, dim)
-    }
-
-    fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_equal(lhs, rhs)
-    }
-
-    fn bool_not_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_not_equal(lhs, rhs)
-    }
-
-    fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> {
-        B::bool_equal_elem(lhs, rhs)
-    }
-
-    fn bool_not_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> {
-        B::bool_not_equal_elem(lhs, rhs)
-    }
-
-    fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_not(tensor)
-    }
-
-    fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_and(lhs, rhs)
-    }
-
-    fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_or(lhs, rhs)
-    }
-
-    fn bool_xor(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_xor(lhs, rhs)
-    }
-
-    fn bool_transpose(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_transpose(tensor)
-    }
-
-    fn bool_swap_dims(tensor: BoolTensor<Self>, dim1: usize, dim2: usize) -> BoolTensor<Self> {
-        B::bool_swap_dims(tensor, dim1, dim2)
-    }
-
-    fn bool_permute(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
-        B::bool_permute(tensor, axes)
-    }
-
-    fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
-        B::bool_flip(tensor, axes)
-    }
-
-    fn bool_any(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_any(tensor)
-    }
-
-    fn bool_any_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self> {
-        B::bool_any_dim(tensor, dim)
-    }
-
-    fn bool_all(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
-        B::bool_all(tensor)
-    }
-
-    fn bool_all_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self> {
-        B::bool_all_dim(tensor, dim)
-    }
-
-    fn bool_argwhere(
-        tensor: BoolTensor<Self>,
-        out_dtype: IntDType,
-    ) -> impl Future<Output = IntTensor<Self>> + 'static + Send {
-        B::bool_argwhere(tensor, out_dtype)
-    }
-
-    fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> {
-        B::bool_expand(tensor, shape)
-    }
-
-    fn bool_unfold(
-        tensor: BoolTensor<Self>,
-        dim: usize,
-        size: usize,
-        step: usize,
-    ) -> BoolTensor<Self> {
-        B::bool_unfold(tensor, dim, size, step)
+    delegate_to_inner! {
+        fn bool_to_device(tensor: BoolTensor<Self>, device: &Device<Self>) -> BoolTensor<Self>;
+        fn bool_reshape(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self>;
+        fn bool_slice(tensor: BoolTensor<Self>, slices: &[Slice]) -> BoolTensor<Self>;
+        fn bool_slice_assign(tensor: BoolTensor<Self>, slices: &[Slice], value: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_mask_where(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_mask_fill(tensor: BoolTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> BoolTensor<Self>;
+        fn bool_mask_select(tensor: BoolTensor<Self>, mask: BoolTensor<Self>) -> impl Future<Output = BoolTensor<Self>> + 'static + Send;
+        fn bool_gather(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>) -> BoolTensor<Self>;
+        fn bool_scatter_or(dim: usize, tensor: BoolTensor<Self>, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_select(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>) -> BoolTensor<Self>;
+        fn bool_select_or(tensor: BoolTensor<Self>, dim: usize, indices: IntTensor<Self>, value: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_repeat_dim(tensor: BoolTensor<Self>, dim: usize, times: usize) -> BoolTensor<Self>;
+        fn bool_cat(tensors: Vec<BoolTensor<Self>>, dim: usize) -> BoolTensor<Self>;
+        fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_not_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self>;
+        fn bool_not_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self>;
+        fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_xor(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_transpose(tensor: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_swap_dims(tensor: BoolTensor<Self>, dim1: usize, dim2: usize) -> BoolTensor<Self>;
+        fn bool_permute(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self>;
+        fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self>;
+        fn bool_any(tensor: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_any_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self>;
+        fn bool_all(tensor: BoolTensor<Self>) -> BoolTensor<Self>;
+        fn bool_all_dim(tensor: BoolTensor<Self>, dim: usize) -> BoolTensor<Self>;
+        fn bool_argwhere(tensor: BoolTensor<Self>, out_dtype: IntDType) -> impl Future<Output = IntTensor<Self>> + 'static + Send;
+        fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self>;
+        fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self>;
     }
 }
