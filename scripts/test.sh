@@ -23,7 +23,9 @@
 # Cost, measured 2026-12-02 on a 2-core machine with a warm cargo registry: the oracle's
 # build 12 min (cold), its run and tests 3; the main workspace 5.5; release 6.7; features
 # 5.4; bench build 1.7; the fresh projects 7; lints 2: 44 min from a clean target
-# directory (31.5 with the oracle's build kept). CI stops at 90.
+# directory (31.5 with the oracle's build kept; CI ran it in 34). The wgpu step: its two
+# cold builds at most 33 min (measured beside other builds), its runs about 2 min (4.5
+# with its builds kept). About 70 min from clean; CI stops at 90.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
