@@ -22,16 +22,8 @@ GPU_TARGET="${REMAT_GPU_TARGET_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/gpu}"
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 FUSION="${REMAT_GPU_FUSION:-on}"
 
-step() {
-    printf '\n==> %s\n' "$*"
-}
-fail() {
-    printf '\nFAILED: %s\n' "$*" >&2
-    exit 1
-}
-elapsed() {
-    printf '    (%ss)\n' "$((SECONDS - $1))"
-}
+# step, fail, elapsed
+source "$ROOT/scripts/common.sh"
 
 # A Vulkan device wgpu can use: `vulkaninfo --summary` lists its deviceName.
 vulkan_device() {

@@ -38,16 +38,8 @@ export REMAT_REQUIRE_ORACLE=1
 # A clean build gains nothing from incremental state, and it costs disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-step() {
-    printf '\n==> %s\n' "$*"
-}
-fail() {
-    printf '\nFAILED: %s\n' "$*" >&2
-    exit 1
-}
-elapsed() {
-    printf '    (%ss)\n' "$((SECONDS - $1))"
-}
+# step, fail, elapsed
+source "$ROOT/scripts/common.sh"
 
 step "disk before the build"
 df -h "$CARGO_TARGET_DIR" 2>/dev/null || df -h .
