@@ -1,31 +1,29 @@
 #!/usr/bin/env bash
 # The test command (README.md, and what CI's .ci/run calls):
-#   1. the oracle (oracle/, a separate workspace with Burn's own burn-autodiff, no patch) runs
-#      the model programs of crates/remat-models and writes reference values;
-#   2. the oracle's own tests: backend-level parity, Burn's autodiff vs remat in one process;
-#   3. every test of the main workspace, including the model-level parity test that reads the
-#      references of step 1 (required here: a missing reference is a failure, not a skip);
-#   4. the engine's own tests (crates/remat: unit tests and tests/) again, twice: built in
-#      release (debug_assert!s and debug-only checks off, as users ship it), and with the
-#      optional `tracing` and `export_tests` features on;
-#   5. the benchmark workspace (bench/, Burn's own autodiff next to remat) builds, every target;
-#   6. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
+#   1. a Vulkan driver for the wgpu tests (Mesa's llvmpipe, a CPU Vulkan driver, installed
+#      with apt-get when the machine has none; CI runs as root);
+#   2. the oracle (oracle/, a separate workspace with Burn's own burn-autodiff, no patch) runs
+#      the model programs of crates/remat-models and writes reference values: on Flex
+#      (`remat-oracle`) and on a wgpu device with burn-fusion (`remat-gpu-oracle`);
+#   3. the oracle's own tests: backend-level parity, Burn's autodiff vs remat in one process;
+#   4. every test of the main workspace, including the model-level parity tests that read the
+#      references of step 2 (required here: a missing reference or a missing wgpu device is a
+#      failure, not a skip) and remat on wgpu (gpu/tests/wgpu.rs: parity, every control
+#      against SaveAll, device memory);
+#   5. the engine's own tests (crates/remat: unit tests and tests/) again, built in release
+#      (debug_assert!s and debug-only checks off, as users ship it) with the optional
+#      `tracing` and `export_tests` features on;
+#   6. the benchmark workspace (bench/, Burn's own autodiff next to remat) builds, every target;
+#   7. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
 #      projects, the newest Burn 0.22.x and one pinned to 0.22.0 with an old lock, must
 #      resolve burn-autodiff to this repository and train on remat;
-#   7. remat on Burn's wgpu backend (scripts/gpu-tests.sh, issue 21): a Vulkan driver (Mesa's
-#      llvmpipe, installed with apt-get when the machine has none), then gpu/oracle/ (Burn's
-#      own autodiff on the device) and gpu/tests/wgpu.rs (remat through the patch, with
-#      burn-fusion): parity, every control against SaveAll, device memory;
 #   8. lints: rustfmt (every workspace, first: it takes seconds), clippy with warnings as
 #      errors (the main, oracle and bench workspaces, every target; remat and burn-autodiff
 #      also with `tracing` and `export_tests` on), rustdoc with warnings as errors (the
 #      published crates).
-# Cost, measured 2026-12-02 on a 2-core machine with a warm cargo registry: the oracle's
-# build 12 min (cold), its run and tests 3; the main workspace 5.5; release 6.7; features
-# 5.4; bench build 1.7; the fresh projects 7; lints 2: 44 min from a clean target
-# directory (31.5 with the oracle's build kept; CI ran it in 34). The wgpu step: its two
-# cold builds at most 33 min (measured beside other builds), its runs about 2 min (4.5
-# with its builds kept). About 70 min from clean; CI stops at 90.
+# The main and oracle workspaces build one Burn each (0.22.0 with Flex, NdArray, wgpu and
+# fusion) into one target directory, so everything that does not depend on burn-autodiff
+# (Flex, wgpu, CubeCL, burn-fusion) compiles once. Cost: see docs/TESTING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -35,26 +33,38 @@ export REMAT_ORACLE_DIR="${REMAT_ORACLE_DIR:-$ROOT/target/oracle-reference}"
 # serde, ...) are compiled once. CI has 2 cores; two separate Burn builds would double that.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export REMAT_REQUIRE_ORACLE=1
+export REMAT_GPU_ORACLE_DIR="${REMAT_GPU_ORACLE_DIR:-$ROOT/target/gpu-oracle-reference}"
+export REMAT_REQUIRE_GPU=1
 # A clean build gains nothing from incremental state, and it costs disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-# step, fail, elapsed
+# step, fail, elapsed, ensure_vulkan
 source "$ROOT/scripts/common.sh"
 
 step "disk before the build"
 df -h "$CARGO_TARGET_DIR" 2>/dev/null || df -h .
 
-step "rustfmt --check (main, oracle, bench, gpu, gpu/oracle)"
-for manifest in Cargo.toml oracle/Cargo.toml bench/Cargo.toml gpu/Cargo.toml gpu/oracle/Cargo.toml; do
+step "rustfmt --check (main, oracle, bench)"
+for manifest in Cargo.toml oracle/Cargo.toml bench/Cargo.toml; do
     cargo fmt --manifest-path "$manifest" --all -- --check \
         || fail "cargo fmt --manifest-path $manifest --all (run it and commit)"
 done
+
+step "wgpu: a Vulkan driver"
+ensure_vulkan
 
 start=$SECONDS
 step "oracle: reference values from Burn's own autodiff -> $REMAT_ORACLE_DIR"
 rm -rf "$REMAT_ORACLE_DIR"
 cargo run --manifest-path oracle/Cargo.toml --bin remat-oracle -- "$REMAT_ORACLE_DIR" \
-    || fail "the oracle program (cargo run --manifest-path oracle/Cargo.toml)"
+    || fail "the oracle program (cargo run --manifest-path oracle/Cargo.toml --bin remat-oracle)"
+elapsed "$start"
+
+start=$SECONDS
+step "GPU oracle: Burn's own autodiff on the wgpu device -> $REMAT_GPU_ORACLE_DIR"
+rm -rf "$REMAT_GPU_ORACLE_DIR"
+cargo run --manifest-path oracle/Cargo.toml --bin remat-gpu-oracle -- "$REMAT_GPU_ORACLE_DIR" \
+    || fail "the GPU oracle (cargo run --manifest-path oracle/Cargo.toml --bin remat-gpu-oracle)"
 elapsed "$start"
 
 start=$SECONDS
@@ -64,19 +74,14 @@ cargo test --manifest-path oracle/Cargo.toml \
 elapsed "$start"
 
 start=$SECONDS
-step "main workspace: cargo test --workspace"
+step "main workspace: cargo test --workspace (remat on wgpu included)"
 cargo test --workspace || fail "the main workspace tests (cargo test --workspace)"
 elapsed "$start"
 
 start=$SECONDS
-step "engine tests in release (debug assertions off): cargo test --release -p remat"
-cargo test --release -p remat || fail "the engine's tests in release (cargo test --release -p remat)"
-elapsed "$start"
-
-start=$SECONDS
-step "engine tests with its optional features: cargo test -p remat --features tracing,export_tests"
-cargo test -p remat --features tracing,export_tests \
-    || fail "the engine's tests with features (cargo test -p remat --features tracing,export_tests)"
+step "engine tests in release with its optional features: cargo test --release -p remat --features tracing,export_tests"
+cargo test --release -p remat --features tracing,export_tests \
+    || fail "the engine's tests in release (cargo test --release -p remat --features tracing,export_tests)"
 elapsed "$start"
 
 start=$SECONDS
@@ -91,11 +96,6 @@ elapsed "$start"
 start=$SECONDS
 step "fresh Burn projects set up as README.md says (newest 0.22.x; =0.22.0 with an old lock)"
 ./scripts/fresh-projects.sh || fail "the fresh-project check (scripts/fresh-projects.sh)"
-elapsed "$start"
-
-start=$SECONDS
-step "remat on wgpu (scripts/gpu-tests.sh: Vulkan driver, GPU oracle, gpu/tests/wgpu.rs)"
-./scripts/gpu-tests.sh || fail "the wgpu tests (scripts/gpu-tests.sh)"
 elapsed "$start"
 
 start=$SECONDS

@@ -4,8 +4,9 @@
 //! compiles its kernels anew.
 //!
 //! - **Parity:** the model programs of `crates/remat-models` train on a wgpu device and match
-//!   Burn's own autodiff on the same device within 1e-4 (`../oracle` writes the references:
-//!   `cargo run --manifest-path gpu/oracle/Cargo.toml`, as `scripts/test.sh` does first).
+//!   Burn's own autodiff on the same device within 1e-4 (the oracle workspace writes the
+//!   references: `cargo run --manifest-path oracle/Cargo.toml --bin remat-gpu-oracle`, as
+//!   `scripts/test.sh` does first).
 //! - **Controls:** under `Balanced`, `RecomputeAll`, a region, and `Policy::Budget` at 50% and
 //!   25% of SaveAll's held peak, a program's losses, step-1 gradients and final parameters
 //!   equal SaveAll's bit for bit without fusion; with fusion within [`FUSED_RTOL`] (NOTE
@@ -27,7 +28,7 @@
 // Comparisons are written `!(x <= tol)` on purpose: a NaN must count as a failure.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use burn::module::Module;
 use burn::nn::{Gelu, Linear, LinearConfig};
@@ -63,17 +64,58 @@ fn rms(values: &[f32]) -> f32 {
     (values.iter().map(|v| v * v).sum::<f32>() / values.len().max(1) as f32).sqrt()
 }
 
-fn reference(name: &str) -> TrainReport {
+/// Burn's run of `name` on the device, written by the GPU oracle; `None` (the parity check is
+/// skipped, saying so) when it has not been run and `REMAT_REQUIRE_ORACLE` is unset. The test
+/// command sets it and runs the oracle first, so there a missing file fails.
+fn reference(name: &str) -> Option<TrainReport> {
     let path = remat_gpu::reference::dir().join(format!("{name}.txt"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: no GPU oracle reference ({e}); run `cargo run --manifest-path \
-             gpu/oracle/Cargo.toml` (or ./scripts/test.sh) first",
-            path.display()
-        )
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            let how = "run `cargo run --manifest-path oracle/Cargo.toml --bin remat-gpu-oracle` \
+                       (or ./scripts/test.sh) first";
+            if std::env::var_os("REMAT_REQUIRE_ORACLE").is_some() {
+                panic!("{}: no GPU oracle reference ({e}); {how}", path.display());
+            }
+            eprintln!(
+                "{name}: parity with Burn SKIPPED: no GPU oracle reference at {} ({e}); {how}",
+                path.display()
+            );
+            return None;
+        }
+    };
+    Some(
+        programs::from_text(&text)
+            .unwrap_or_else(|e| panic!("{}: malformed reference: {e}", path.display())),
+    )
+}
+
+/// Whether this machine has a wgpu device. Without one, a test passes saying it was SKIPPED
+/// when `REMAT_REQUIRE_GPU` is unset (a plain `cargo test --workspace` on a machine without a
+/// Vulkan driver), and fails when it is set (the test command sets it, after installing
+/// Mesa's llvmpipe where no device is).
+fn has_device(test: &str) -> bool {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    let probe = PROBE.get_or_init(|| {
+        std::panic::catch_unwind(|| {
+            Tensor::<1>::zeros([1], &remat_gpu::device()).into_data();
+        })
+        .map_err(|payload| {
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".into())
+        })
     });
-    programs::from_text(&text)
-        .unwrap_or_else(|e| panic!("{}: malformed reference: {e}", path.display()))
+    let Err(why) = probe else { return true };
+    let how = "install a Vulkan driver (Debian/Ubuntu, with no GPU: sudo apt-get install \
+               mesa-vulkan-drivers vulkan-tools), or run ./scripts/test.sh, which does";
+    if std::env::var_os("REMAT_REQUIRE_GPU").is_some() {
+        panic!("{test}: no wgpu device ({why}); {how}");
+    }
+    eprintln!("{test}: SKIPPED, no wgpu device ({why}); {how}");
+    false
 }
 
 /// The worst difference between two lists of named vectors, relative to
@@ -126,7 +168,10 @@ fn difference(ours: &TrainReport, theirs: &TrainReport) -> (f32, String) {
 
 /// remat's run of `name` matches Burn's autodiff on the same device within [`RTOL`].
 fn assert_matches_burn(name: &str, ours: &TrainReport) {
-    let (diff, at) = difference(ours, &reference(name));
+    let Some(theirs) = reference(name) else {
+        return;
+    };
+    let (diff, at) = difference(ours, &theirs);
     eprintln!(
         "{name}: remat vs Burn's autodiff on wgpu: worst relative difference {diff:.2e} {at}"
     );
@@ -173,6 +218,9 @@ fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> (R, u64) {
 /// (compared with SaveAll); budgets hold at most their bytes, and a budget replays as much
 /// on a `gradient_checkpointing()` device as on a plain `autodiff()` one.
 fn every_control(name: &str, program: programs::Program) {
+    if !has_device(name) {
+        return;
+    }
     let _serial = serial();
     let device = wgpu();
     remat::reset_stats();
@@ -246,6 +294,9 @@ fn transformer_matches_burn_and_every_control_matches_save_all() {
 /// SaveAll.
 #[test]
 fn cnn_lstm_and_lora_match_burn_and_a_budget_matches_save_all() {
+    if !has_device("cnn, lstm, lora") {
+        return;
+    }
     let _serial = serial();
     let device = wgpu();
     for (name, program) in remat_gpu::PARITY
@@ -363,6 +414,9 @@ fn measure(model: &Wide, x: &Tensor<2>, policy: &Policy) -> Held {
 /// reserve on top).
 #[test]
 fn held_bytes_are_device_bytes_and_a_budget_lowers_them() {
+    if !has_device("device memory") {
+        return;
+    }
     let _serial = serial();
     let device = wgpu();
     device.seed(3);

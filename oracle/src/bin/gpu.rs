@@ -1,13 +1,15 @@
-//! Runs the model programs of `crates/remat-models` on Burn's own autodiff (no patch in this
-//! workspace) on a wgpu device and writes one reference file per program,
-//! `<dir>/<program>.txt`, for `../tests/wgpu.rs` (pass the directory as the only argument;
-//! default: `remat_gpu::reference::dir`'s rule).
+//! `remat-gpu-oracle`: runs the model programs of `crates/remat-models` on Burn's own
+//! autodiff (no patch in this workspace) on a wgpu device and writes one reference file per
+//! program, `<dir>/<program>.txt`, for `gpu/tests/wgpu.rs` (pass the directory as the only
+//! argument; default: `remat_gpu::reference::dir`'s rule).
 //!
-//! `../src/lib.rs` is included as a module rather than depended on: that crate's build has
-//! the patch, this one must not.
+//! `gpu/src/shared.rs` (the programs compared, the device, the reference directory) is
+//! included as a module rather than depended on: the `remat-gpu` crate's build has the patch,
+//! this one must not.
 
-#[path = "../../src/lib.rs"]
-#[allow(dead_code)]
+use remat_oracle::programs;
+
+#[path = "../../../gpu/src/shared.rs"]
 mod gpu;
 
 use std::time::Instant;
@@ -26,7 +28,7 @@ fn main() {
         let start = Instant::now();
         let report = program(&device);
         let path = dir.join(format!("{name}.txt"));
-        if let Err(e) = std::fs::write(&path, gpu::programs::to_text(&report)) {
+        if let Err(e) = std::fs::write(&path, programs::to_text(&report)) {
             eprintln!("gpu oracle: cannot write {}: {e}", path.display());
             std::process::exit(1);
         }
