@@ -58,6 +58,15 @@ const FLAT: usize = 128;
 /// The most memory units of a budget.
 const UNITS: u64 = 160;
 
+/// NOTE [run-units]: the most memory units of a run's tables. A unit of the grouped levels
+/// (at most [`UNITS`]) may hold many boundaries of a long chain of small blocks: at 300
+/// slots of a 10,000-stage chain a unit held four, so the DP saw 75 checkpoints where 300
+/// fit, and replayed up to a forward pass more than Revolve. A run's tables have
+/// `(blocks + 1) (units + 1)` entries each (blocks at most [`MAX_BLOCKS`]), O(log blocks)
+/// work per entry, so it can afford boundary-sized units up to this many; beyond it a unit
+/// holds a few boundaries of a chain whose every checkpoint fits anyway.
+const RUN_UNITS: u64 = 1024;
+
 const INF: f64 = f64::INFINITY;
 
 /// A choice of the DP: the base case, the tape of inner plan `k` (`TAPE + k`), or a split
@@ -115,6 +124,23 @@ struct Scale {
 }
 
 impl Scale {
+    /// The scale of a room of `room` bytes in at most about `units` units, the largest
+    /// boundary `boundary` a whole number of units where the room allows (so a checkpoint
+    /// costs what it holds, not a rounded-up unit).
+    fn new(room: u64, boundary: u64, units: u64) -> Self {
+        let coarse = room.div_ceil(units).max(1);
+        let per_boundary = boundary / coarse;
+        let unit = if per_boundary >= 1 {
+            boundary.div_ceil(per_boundary)
+        } else {
+            coarse
+        };
+        Self {
+            unit,
+            m_max: (room / unit) as usize,
+        }
+    }
+
     /// Units that hold `bytes` (rounded up).
     fn units(self, bytes: u64) -> usize {
         bytes.div_ceil(self.unit).min(u64::from(u32::MAX)) as usize
@@ -350,23 +376,13 @@ impl<'a> Rotor<'a> {
             .max()
             .unwrap_or(1)
             .max(1);
-        // Long chains get fewer units: a run's tables have (stages x units) entries.
+        // Long chains get fewer units: the grouped levels solve (groups x units) DPs.
         let units = if stages.len() > 4_000 {
             UNITS / 2
         } else {
             UNITS
         };
-        let coarse = room.div_ceil(units).max(1);
-        let per_boundary = boundary / coarse;
-        let unit = if per_boundary >= 1 {
-            boundary.div_ceil(per_boundary)
-        } else {
-            coarse
-        };
-        let scale = Scale {
-            unit,
-            m_max: (room / unit) as usize,
-        };
+        let scale = Scale::new(room, boundary, units);
         let group = group.max(2);
         // One level takes any chain of up to `FLAT` stages: exact in the chain model, and a
         // run's closed head and tail cost a value more near the smallest budget.
@@ -375,12 +391,17 @@ impl<'a> Rotor<'a> {
         } else {
             group
         };
+        // A run (NOTE [rotor-run]) solves one table of (blocks x units) entries: it affords
+        // the finer scale its checkpoints need on a long chain (NOTE [run-units]).
         let run = (stages.len() > group)
-            .then(|| Run::find(&stage_items(stages, scale), scale, lean))
+            .then(|| {
+                let fine = Scale::new(room, boundary, RUN_UNITS);
+                Run::find(&stage_items(stages, fine), fine, lean).map(|run| (run, fine))
+            })
             .flatten();
-        let solved = match run {
-            Some(run) => Solved::Run(Box::new(run)),
-            None => Solved::Levels(build(stages, scale, group)),
+        let (solved, scale) = match run {
+            Some((run, fine)) => (Solved::Run(Box::new(run)), fine),
+            None => (Solved::Levels(build(stages, scale, group)), scale),
         };
         Some(Self {
             view,

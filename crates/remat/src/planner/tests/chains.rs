@@ -208,3 +208,31 @@ fn recorded_models_at_low_budgets() {
         }
     }
 }
+
+/// A long uniform chain at every order of slots: `plan` within 10% of Revolve's optimum
+/// (the chain model's optimum for single-op stages of equal sizes and costs). Ten thousand
+/// stages in optimized builds only (debug: a thousand).
+#[test]
+fn a_long_uniform_chain_plans_near_revolve_s_optimum_at_any_slots() {
+    let n: u32 = if cfg!(debug_assertions) {
+        1_000
+    } else {
+        10_000
+    };
+    let view = chain(n, 1, 1.0);
+    for slots in [2u64, 3, 5, 10, 30, 100, 300, 1_000] {
+        let optimum = revolve::replays(u64::from(n), slots).expect("revolve fits") as f64;
+        let schedule = plan(&view, slots).expect("plans");
+        let outcome = simulate(&view, &schedule, slots).expect("valid");
+        eprintln!(
+            "n {n}, {slots} slots: planned {} replays, Revolve {optimum} ({:.3}x)",
+            outcome.recompute_cost,
+            outcome.recompute_cost / optimum.max(1.0)
+        );
+        assert!(
+            outcome.recompute_cost <= 1.1 * optimum,
+            "n {n}, {slots} slots: {} replays against Revolve's {optimum}",
+            outcome.recompute_cost
+        );
+    }
+}
