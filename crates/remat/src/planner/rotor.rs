@@ -393,7 +393,8 @@ impl<'a> Rotor<'a> {
         };
         // A run (NOTE [rotor-run]) solves one table of (blocks x units) entries: it affords
         // the finer scale its checkpoints need on a long chain (NOTE [run-units]).
-        let run = (stages.len() > group)
+        // The items at the fine scale only where a run is (the layout reads keys alone).
+        let run = (stages.len() > group && Run::layout(&stages.key).is_some())
             .then(|| {
                 let fine = Scale::new(room, boundary, RUN_UNITS);
                 Run::find(&stage_items(stages, fine), fine, lean).map(|run| (run, fine))
@@ -1253,26 +1254,8 @@ impl Run {
     /// stages, at least 8 equal blocks of at most 8 stages, and a tail of at least one
     /// stage and at most 16.
     fn find(items: &[Item], scale: Scale, lean: bool) -> Option<Self> {
-        let n = items.len();
-        let mut best: Option<(usize, usize, usize)> = None; // (head, p, k)
-        for p in 1..=8usize {
-            for head in 0..=8usize.min(n) {
-                let mut k = 0;
-                while head + (k + 1) * p < n
-                    && (0..p).all(|i| items[head + k * p + i].key == items[head + i].key)
-                {
-                    k += 1;
-                }
-                let tail = n - head - k * p;
-                if k >= 8
-                    && (1..=16).contains(&tail)
-                    && best.is_none_or(|(_, bp, bk)| k * p > bk * bp)
-                {
-                    best = Some((head, p, k));
-                }
-            }
-        }
-        let (head_stages, p, k) = best?;
+        let keys: Vec<u64> = items.iter().map(|item| item.key).collect();
+        let (head_stages, p, k) = Self::layout(&keys)?;
         // Merge equal blocks so that at most `MAX_BLOCKS` remain (the tail takes what is
         // left over): checkpoints then sit every few blocks, and the tables stay small.
         let merge = k.div_ceil(MAX_BLOCKS);
@@ -1309,6 +1292,31 @@ impl Run {
         };
         run.solve(scale, lean);
         Some(run)
+    }
+
+    /// The run's layout in a chain of stages with these keys, `(head stages, stages per
+    /// block, blocks)`, if it repeats (see [`Run::find`]); the longest repeated part wins.
+    fn layout(keys: &[u64]) -> Option<(usize, usize, usize)> {
+        let n = keys.len();
+        let mut best: Option<(usize, usize, usize)> = None;
+        for p in 1..=8usize {
+            for head in 0..=8usize.min(n) {
+                let mut k = 0;
+                while head + (k + 1) * p < n
+                    && (0..p).all(|i| keys[head + k * p + i] == keys[head + i])
+                {
+                    k += 1;
+                }
+                let tail = n - head - k * p;
+                if k >= 8
+                    && (1..=16).contains(&tail)
+                    && best.is_none_or(|(_, bp, bk)| k * p > bk * bp)
+                {
+                    best = Some((head, p, k));
+                }
+            }
+        }
+        best
     }
 
     fn at(&self, l: usize, m: usize, scale: Scale) -> usize {
