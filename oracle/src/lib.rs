@@ -28,3 +28,40 @@ pub mod reference {
         }
     }
 }
+
+/// The body of the oracle's binaries: runs each of `programs` on `device()` (Burn's own
+/// autodiff) and writes `<dir>/<program>.txt`, `dir` being the first command-line argument
+/// or `default_dir()`. Prints one line per program, prefixed `who`; exits with status 1,
+/// saying why, when a file cannot be written.
+pub fn write_references<'a>(
+    who: &str,
+    default_dir: fn() -> std::path::PathBuf,
+    device: impl Fn() -> burn::tensor::Device,
+    programs: impl IntoIterator<Item = (&'a str, programs::Program)>,
+) {
+    let dir = std::env::args_os()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(default_dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("{who}: cannot create {}: {e}", dir.display());
+        std::process::exit(1);
+    }
+    for (name, program) in programs {
+        let start = std::time::Instant::now();
+        let report = program(&device());
+        let path = dir.join(format!("{name}.txt"));
+        if let Err(e) = std::fs::write(&path, programs::to_text(&report)) {
+            eprintln!("{who}: cannot write {}: {e}", path.display());
+            std::process::exit(1);
+        }
+        println!(
+            "{who}: {name:<21} loss {:.5} -> {:.5}  ({} params, {:.1?})  {}",
+            report.losses.first().copied().unwrap_or(f32::NAN),
+            report.losses.last().copied().unwrap_or(f32::NAN),
+            report.params.iter().map(|p| p.values.len()).sum::<usize>(),
+            start.elapsed(),
+            path.display()
+        );
+    }
+}
