@@ -99,8 +99,9 @@ pub(crate) fn cuts(view: &GraphView) -> Option<Vec<u32>> {
 }
 
 /// The nodes `start..=end` of `view` as a view of their own: node `start + i` is node `i`,
-/// and reads of earlier nodes (the stage's input) are dropped (a leaf).
-pub(crate) fn sub_view(view: &GraphView, start: u32, end: u32) -> GraphView {
+/// and reads of earlier nodes (the stage's input) are dropped (a leaf). `order` is the
+/// view's step order restricted to the stage, in the stage's indices.
+pub(crate) fn sub_view(view: &GraphView, start: u32, end: u32, order: Vec<u32>) -> GraphView {
     let local = |v: &u32| (*v >= start).then(|| v - start);
     let nodes = view.nodes()[start as usize..=end as usize]
         .iter()
@@ -111,14 +112,26 @@ pub(crate) fn sub_view(view: &GraphView, start: u32, end: u32) -> GraphView {
             node
         })
         .collect();
-    let order = view
-        .step_order()
-        .iter()
-        .filter(|&s| (start..=end).contains(s))
-        .map(|s| s - start)
-        .collect();
     GraphView::with_step_order(nodes, order)
         .expect("remat internal error: a stage of a valid view is a valid view")
+}
+
+/// The view's step order split by stage (stage `k` spans `starts[k]..next start`), each in
+/// its stage's own indices: one pass over the order, not one per stage.
+fn stage_orders(view: &GraphView, starts: &[u32]) -> Vec<Vec<u32>> {
+    let mut stage_of = vec![0u32; view.len()];
+    for (k, window) in starts.windows(2).enumerate() {
+        stage_of[window[0] as usize..window[1] as usize].fill(k as u32);
+    }
+    if let Some(&last) = starts.last() {
+        stage_of[last as usize..].fill(starts.len() as u32 - 1);
+    }
+    let mut orders = vec![Vec::new(); starts.len()];
+    for &s in view.step_order() {
+        let k = stage_of[s as usize] as usize;
+        orders[k].push(s - starts[k]);
+    }
+    orders
 }
 
 /// One inner plan of a stage (see NOTE \[stages\]), in the stage's own indices.
@@ -368,9 +381,15 @@ impl Stages {
             shape: Vec::with_capacity(ends.len()),
             key: Vec::with_capacity(ends.len()),
         };
+        let starts: Vec<u32> = std::iter::once(0)
+            .chain(ends.iter().map(|&end| end + 1))
+            .take(ends.len())
+            .collect();
+        let mut orders = stage_orders(view, &starts).into_iter();
         let mut start = 0;
         for &end in &ends {
-            let sub = sub_view(view, start, end);
+            let order = orders.next().expect("one order per stage");
+            let sub = sub_view(view, start, end, order);
             let costs: Vec<u64> = sub.nodes().iter().map(|n| n.cost.to_bits()).collect();
             // Which nodes a replay of which reads the stage's input (the sub-view drops it).
             let reads_input: Vec<bool> = (start..=end)

@@ -1223,6 +1223,69 @@ const MAX_BLOCKS: usize = 1024;
 /// (`SPLIT + j`).
 const NO_CHOICE: u32 = u32::MAX;
 
+/// NOTE [run-hints]: the three searches of a run's entry `(l, m)` (the first split whose
+/// rest fits, the last whose prefix fits, the cheapest between) start where they ended at
+/// `(l - 1, m)`: their answers move by a block or so from one row to the next, so a
+/// galloping search from there takes a few probes where a binary search over `l` splits
+/// took about `3 log l`. The predicates are monotone, so the answers are the same.
+#[derive(Clone, Copy, Default)]
+struct Hint {
+    low: usize,
+    high: usize,
+    best: usize,
+}
+
+/// The first `j` in `lo..hi` where `pred` holds (`hi` if none), for a `pred` false then
+/// true over `lo..hi`: a galloping search from `hint`.
+fn first_true(lo: usize, hi: usize, hint: usize, pred: impl Fn(usize) -> bool) -> usize {
+    if lo >= hi {
+        return hi;
+    }
+    let hint = hint.clamp(lo, hi - 1);
+    // Bracket the answer in (a, b]: `pred(a)` false (or `a` below `lo`), `pred(b)` true
+    // (or `b == hi`).
+    let (mut a, mut b);
+    if pred(hint) {
+        b = hint;
+        let mut step = 1;
+        loop {
+            if b == lo {
+                return lo;
+            }
+            let probe = b.saturating_sub(step).max(lo);
+            if pred(probe) {
+                b = probe;
+                step *= 2;
+            } else {
+                a = probe;
+                break;
+            }
+        }
+    } else {
+        a = hint;
+        let mut step = 1;
+        loop {
+            let probe = (a + step).min(hi);
+            if probe == hi || pred(probe) {
+                b = probe;
+                break;
+            }
+            a = probe;
+            step *= 2;
+        }
+    }
+    // pred(a) is false and pred(b) true (or b == hi): the answer is in a + 1..=b.
+    while b - a > 1 {
+        let mid = a + (b - a) / 2;
+        if pred(mid) {
+            b = mid;
+        } else {
+            a = mid;
+        }
+    }
+    b
+}
+
 fn from_leaf(table: usize) -> bool {
     table >= T_H
 }
@@ -1341,10 +1404,12 @@ impl Run {
             self.tables[t] = vec![INF; (self.k + 1) * width];
             self.choices[t] = vec![NO_CHOICE; (self.k + 1) * width];
         }
+        // Where the previous row's searches ended, per table and room (NOTE [run-hints]).
+        let mut hints = vec![vec![Hint::default(); width]; 6];
         for l in 0..=self.k {
             for &table in wanted {
                 for m in 0..width {
-                    let best = self.best(table, l, m, scale);
+                    let best = self.best(table, l, m, scale, &mut hints[table][m]);
                     let at = self.at(l, m, scale);
                     (self.tables[table][at], self.choices[table][at]) = best;
                 }
@@ -1398,7 +1463,7 @@ impl Run {
         sweep + rest + self.get(prefix_of(table), j, room, scale)
     }
 
-    fn best(&self, table: usize, l: usize, m: usize, scale: Scale) -> (f64, u32) {
+    fn best(&self, table: usize, l: usize, m: usize, scale: Scale, hint: &mut Hint) -> (f64, u32) {
         let leaf = from_leaf(table);
         let tail = to_tail(table);
         let mut best = (INF, NO_CHOICE);
@@ -1467,35 +1532,17 @@ impl Run {
             self.get(prefix_of(table), j, room, scale) < INF
         };
         // The first split whose rest fits, and the last whose prefix fits.
-        let (mut a, mut b) = (first, hi + 1);
-        while a < b {
-            let mid = a + (b - a) / 2;
-            if rest_fits(mid) { b = mid } else { a = mid + 1 }
-        }
-        let low = a;
-        let (mut a, mut b) = (first, hi + 1);
-        while a < b {
-            let mid = a + (b - a) / 2;
-            if prefix_fits(mid) {
-                a = mid + 1
-            } else {
-                b = mid
-            }
-        }
-        let high = a.saturating_sub(1);
+        let low = first_true(first, hi + 1, hint.low, rest_fits);
+        let high = first_true(first, hi + 1, hint.high, |j| !prefix_fits(j)).saturating_sub(1);
+        (hint.low, hint.high) = (low, high + 1);
         if low > high {
             return best;
         }
         let (first, hi) = (low, high);
-        let (mut a, mut b) = (first, hi);
-        while a < b {
-            let mid = a + (b - a) / 2;
-            if self.split(table, l, mid, m, scale) <= self.split(table, l, mid + 1, m, scale) {
-                b = mid;
-            } else {
-                a = mid + 1;
-            }
-        }
+        let a = first_true(first, hi, hint.best, |j| {
+            self.split(table, l, j, m, scale) <= self.split(table, l, j + 1, m, scale)
+        });
+        hint.best = a;
         for j in a.saturating_sub(3).max(first)..=(a + 3).min(hi) {
             consider(j, &mut best);
         }
