@@ -32,6 +32,17 @@ use super::{
 /// many boundary values), and near keep-all the executor's plan is the better one.
 const CHAIN_FIRST_OPS: usize = 20_000;
 
+// NOTE [chain-second]: on a chain of stages at a tight budget, every executor run replays
+// as much as the chain's plan (quadratically in the chain's length near the smallest
+// budget) at about 2 us a replay, and the chain's DP is the better plan: on a 100-block
+// power iteration at 2 slots above the smallest budget the runs cost 2.7x the DP's plan
+// after their search. Every run used to finish (a search was to start from them) and the
+// DP came last: 2 s to plan 100 blocks at the smallest budget, 50 s for 1,000. Now the
+// DP's plan comes after the portfolio's first run (unless that run replays nothing: a
+// budget near keep-all pays no DP), and every later run is abandoned once it costs more
+// than the best plan so far, or `SEARCH_MARGIN` times it where a search may start from
+// it.
+
 /// The lookahead exponents the portfolio tries: 0 weighs only cost per byte (a knapsack),
 /// larger values favour evicting what is read last.
 const ALPHAS: [f64; 4] = [0.0, 0.5, 1.0, 2.0];
@@ -48,6 +59,10 @@ const ALPHAS: [f64; 4] = [0.0, 0.5, 1.0, 2.0];
 /// through the engine: the first backward (online pass plus the plan cached for the next
 /// steps) went from 22 s to 2.3 s; a 100k-op one at 10% of its keep-all bytes, 8.5 to 5.3 s.
 const ALPHAS_LATE_ZERO: [f64; 4] = [0.5, 1.0, 2.0, 0.0];
+
+/// How much more than the best schedule so far a portfolio run may cost before it is
+/// abandoned, where a search may start from it (NOTE [chain-second]).
+const SEARCH_MARGIN: f64 = 1.25;
 
 /// The search starts from this many of the cheapest portfolio runs.
 const SEARCH_STARTS: usize = 4;
@@ -223,6 +238,9 @@ pub(crate) fn plan_with(
             })
         });
         let mut starts: Vec<(f64, Strategy, Hints)> = Vec::new();
+        // NOTE [chain-second]: on a smaller view with stages, the chain's plan comes right
+        // after the portfolio's first run, unless that run replays nothing.
+        let mut chain_done = large;
         'portfolio: for (free_release, keep_sources, late_keep) in variants {
             let hints = Hints {
                 free_release,
@@ -234,6 +252,10 @@ pub(crate) fn plan_with(
                 portfolio_run(&mut best, &analysis, &tier, strategy, &hints, &mut starts);
                 if best.cost() == Some(0.0) {
                     break 'portfolio;
+                }
+                if !chain_done {
+                    chain_done = true;
+                    chain_run(&mut best);
                 }
             }
         }
@@ -265,6 +287,12 @@ pub(crate) fn plan_with(
             portfolio_run(&mut best, &analysis, &tier, strategy, &hints, &mut starts);
         }
         // Search from the cheapest few runs, sharing the run budget.
+        // Not from a run that costs more than the margin above the best (the first run,
+        // which nothing abandons, NOTE [chain-second]).
+        let worst = best
+            .cost()
+            .map_or(f64::INFINITY, |cost| cost * SEARCH_MARGIN);
+        starts.retain(|start| start.0 <= worst);
         starts.sort_by(|a, b| a.0.total_cmp(&b.0));
         starts.truncate(SEARCH_STARTS);
         let mut runs = tier.search_runs;
@@ -276,7 +304,7 @@ pub(crate) fn plan_with(
                 runs -= share - search(&mut best, &analysis, strategy, hints, share);
             }
         }
-        if !large && best.cost() != Some(0.0) {
+        if !chain_done && best.cost() != Some(0.0) {
             chain_run(&mut best);
         }
         if best.cost().is_none() {
@@ -328,10 +356,14 @@ fn portfolio_run(
     starts: &mut Vec<(f64, Strategy, Hints)>,
 ) {
     best.work.runs += 1;
-    let limit = match best.cost() {
-        Some(cost) if tier.search_runs == 0 => cost,
-        _ => f64::INFINITY,
+    // A search may improve a start by a few tenths: with one to follow, a run is kept up
+    // to a margin above the best (NOTE [chain-second]).
+    let margin = if tier.search_runs == 0 {
+        1.0
+    } else {
+        SEARCH_MARGIN
     };
+    let limit = best.cost().map_or(f64::INFINITY, |cost| cost * margin);
     match exec::run_within(best.view, analysis, strategy, best.budget, hints, limit) {
         Ok(Run::Done(actions, cost, Work { units, .. }, _)) => {
             best.work.units += units;

@@ -236,3 +236,48 @@ fn a_long_uniform_chain_plans_near_revolve_s_optimum_at_any_slots() {
         );
     }
 }
+
+/// A power iteration (five ops a block, a fan-out inside) at slot counts above its smallest
+/// budget: the recompute, in forward passes, that the plans reached when NOTE [run-units]
+/// and NOTE [run-hints] landed (`examples/plan_chain.rs` prints them), pinned so that a
+/// change that plans worse fails. Before NOTE [run-units], 10,000 blocks at 2 slots replayed
+/// 503 forward passes and at 300 slots 1.51. Ten thousand blocks in optimized builds only
+/// (debug: a hundred).
+#[test]
+fn a_power_iteration_plans_the_recompute_measured_at_every_slot_count() {
+    let (n, pinned): (u32, &[(u64, f64)]) = if cfg!(debug_assertions) {
+        (
+            100,
+            &[(2, 4.17), (4, 2.91), (8, 1.55), (30, 0.67), (100, 0.07)],
+        )
+    } else {
+        (
+            10_000,
+            &[
+                (2, 32.44),
+                (30, 2.55),
+                (100, 1.69),
+                (300, 0.98),
+                (1_000, 0.92),
+            ],
+        )
+    };
+    let view = power_iteration(n);
+    let smallest = smallest_budget(&view);
+    assert_eq!(
+        smallest,
+        2 * D,
+        "two matrices: a boundary and the block's matmul output"
+    );
+    for &(slots, passes) in pinned {
+        let budget = smallest + slots * D;
+        let schedule = plan(&view, budget).expect("plans");
+        let outcome = simulate(&view, &schedule, budget).expect("valid");
+        assert!(outcome.peak_bytes <= budget);
+        let planned = outcome.recompute_cost / view.forward_cost();
+        assert!(
+            planned <= passes + 0.005,
+            "{n} blocks, {slots} slots: {planned:.3} forward passes replayed, {passes} pinned"
+        );
+    }
+}
