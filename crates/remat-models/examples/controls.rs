@@ -186,13 +186,19 @@ fn main() {
                 "set_policy(Selective(keep_names([matmul])))",
                 Policy::Selective(Selector::keep_names(&["matmul"])),
             ),
+            (
+                "set_policy(Selective(keep_names([matmul]).or(keep_at_most(4096))))",
+                Policy::Selective(
+                    Selector::keep_names(&["matmul"]).or(Selector::keep_at_most(4096)),
+                ),
+            ),
             ("set_policy(Balanced)", Policy::Balanced),
         ];
         let mut keep_names = None;
         for (label, policy) in policies {
             remat::set_policy(policy);
             let run = step(label, &model, &input, |x| model.forward(x));
-            if label.contains("keep_names") {
+            if label == "set_policy(Selective(keep_names([matmul])))" {
                 keep_names = Some(run.kept);
             }
             runs.push(run.grads);

@@ -379,3 +379,54 @@ fn finishes_reports_a_panic_as_a_failure() {
     assert!(caught.is_err());
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
+
+/// A sized selector is told each op's output bytes, and selectors compose: `or` keeps what
+/// either keeps, `and` what both keep, `!` inverts.
+#[test]
+fn selectors_compose_and_see_output_bytes() {
+    let _s = serial();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let sized = Selector::sized(move |op, bytes| {
+        log.lock().unwrap().push((op.name, bytes));
+        Decision::Keep
+    });
+    let (got, bits) = finishes("a sized selector", move || {
+        remat::with_policy(Policy::Selective(sized), || run::<Plain>(false))
+    });
+    check_gradient(&bits);
+    assert_eq!(got, SAVE_ALL);
+    // Four f32s out of sin, exp, tanh and mul; one out of sum.
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("sin", 16),
+            ("exp", 16),
+            ("tanh", 16),
+            ("mul", 16),
+            ("sum", 4)
+        ]
+    );
+    let cases = [
+        // Nothing is at most 8 bytes but sum's output, which no step reads: keeping tanh by
+        // name is all that is kept (exp rebuilt from sin, rebuilt from x).
+        (
+            Selector::keep_names(&["tanh"]).or(Selector::keep_at_most(8)),
+            REGION,
+        ),
+        // Everything is at most 16 bytes: every op but tanh is kept (exp's output, 16
+        // bytes; tanh is replayed once from it).
+        (
+            Selector::keep_at_most(16).and(!Selector::keep_names(&["tanh"])),
+            (16, 1),
+        ),
+        (!Selector::keep_at_most(16), RECOMPUTE_ALL),
+    ];
+    for (k, (selector, want)) in cases.into_iter().enumerate() {
+        let (got, bits) = finishes("a composed selector", move || {
+            remat::with_policy(Policy::Selective(selector), || run::<Plain>(false))
+        });
+        check_gradient(&bits);
+        assert_eq!(got, want, "case {k}");
+    }
+}

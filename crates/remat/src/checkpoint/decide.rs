@@ -16,7 +16,7 @@
 //!
 //! # Invariants
 //! - Never sees a tensor. The one fact that needs the op's output, its size, is asked for
-//!   only when Balanced weighs bytes, and then at most once.
+//!   only when Balanced weighs bytes or a sized selector reads it, and then at most once.
 //! - An input is retained exactly when the op's backward step reads it, or the op may be
 //!   rebuilt and its replay reads it.
 
@@ -85,9 +85,14 @@ pub(crate) struct Decision {
 }
 
 /// Decides what an op being recorded keeps (see the module docs). `output_bytes` gives the
-/// size of the op's output; it is called at most once, only when Balanced weighs bytes.
+/// size of the op's output; it is called at most once, only when Balanced weighs bytes or a
+/// [`Selector::sized`](super::policy::Selector::sized) rule reads it.
 pub(crate) fn decide(facts: &OpFacts<'_>, output_bytes: &mut dyn FnMut() -> u64) -> Decision {
-    let (mut placement, thrifty) = policy::place(&facts.info, facts.replayable, facts.balanced);
+    // Asked at most once, by a sized selector or by Balanced's weighing.
+    let mut known: Option<u64> = None;
+    let mut size = || *known.get_or_insert_with(&mut *output_bytes);
+    let (mut placement, thrifty) =
+        policy::place(&facts.info, facts.replayable, facts.balanced, &mut size);
     placement.leaf_view = facts.info.cost == Cost::Alias
         && !facts.inputs.is_empty()
         && facts.inputs.iter().all(|i| *i == InputState::Leaf);
@@ -112,7 +117,7 @@ pub(crate) fn decide(facts: &OpFacts<'_>, output_bytes: &mut dyn FnMut() -> u64)
                 _ => 0,
             })
             .sum();
-        if extra > 0 && extra >= output_bytes() {
+        if extra > 0 && extra >= size() {
             placement.recompute = false;
         }
     }
@@ -218,6 +223,33 @@ mod tests {
             assert!(decision.placement.recompute);
             assert_eq!(decision.output, None);
         });
+    }
+
+    /// A sized selector is told the output's bytes, asked once; an unsized one never asks.
+    #[test]
+    fn a_sized_selector_asks_the_output_s_size_once() {
+        use crate::checkpoint::policy::Selector;
+        let reads = Reads::OUTPUT;
+        let small = Selector::keep_at_most(100);
+        for (selector, bytes, asks, recompute) in [
+            (small.clone(), 100, 1, false),
+            (small.clone(), 101, 1, true),
+            // Composed twice over the size: still asked once.
+            (small.clone().and(!Selector::keep_at_most(10)), 50, 1, false),
+            (small.or(Selector::keep_names(&["exp"])), 500, 1, false),
+            (Selector::keep_names(&["exp"]), 500, 0, false),
+            (!Selector::keep_names(&["exp"]), 500, 0, true),
+        ] {
+            let mut asked = 0;
+            let decision = with_policy(Policy::Selective(selector), || {
+                decide(&facts(&reads, &[], true), &mut || {
+                    asked += 1;
+                    bytes
+                })
+            });
+            assert_eq!(asked, asks, "{bytes} bytes");
+            assert_eq!(decision.placement.recompute, recompute, "{bytes} bytes");
+        }
     }
 
     /// NOTE [regions]: a value recorded in a region may be rebuilt for consumers until its

@@ -41,9 +41,33 @@ pub enum Decision {
     Recompute,
 }
 
-/// A user rule for [`Policy::Selective`].
+/// A user rule for [`Policy::Selective`]: a predicate over the facts of an op being
+/// recorded (its name, its cost class and, for [`Selector::sized`] rules, the bytes of its
+/// output) that says whether the op's output is kept or rebuilt.
+///
+/// Selectors compose, as JAX's checkpoint policies do: [`Selector::or`] keeps what either
+/// keeps, [`Selector::and`] what both keep, and `!selector` inverts one.
+///
+/// ```
+/// use remat::{Cost, Policy, Selector};
+/// // Keep matrix products and any other output of at most 4 KiB; rebuild the rest.
+/// let rule = Selector::keep_names(&["matmul"]).or(Selector::keep_at_most(4096));
+/// remat::with_policy(Policy::Selective(rule), || {
+///     // ... the forward pass ...
+/// });
+/// // Keep compute-bound outputs except convolutions.
+/// let rule = Selector::keep_costs(&[Cost::Compute]).and(!Selector::keep_names(&["conv2d"]));
+/// # let _ = rule;
+/// ```
 #[derive(Clone)]
-pub struct Selector(Arc<dyn Fn(&OpInfo) -> Decision + Send + Sync>);
+pub struct Selector {
+    rule: Arc<Rule>,
+    /// Whether the rule reads the output's bytes (the recording site then asks for them).
+    sized: bool,
+}
+
+/// A selector's predicate: the op's facts and its output's bytes (0 when not `sized`).
+type Rule = dyn Fn(&OpInfo, u64) -> Decision + Send + Sync;
 
 impl Selector {
     /// Wraps a rule over the op name and cost class.
@@ -51,18 +75,25 @@ impl Selector {
     /// The rule runs once per op, when the op is recorded, on the recording thread, with no
     /// lock or borrow of remat's held: it may itself call [`set_policy`] or [`with_policy`].
     pub fn new(rule: impl Fn(&OpInfo) -> Decision + Send + Sync + 'static) -> Self {
-        Self(Arc::new(rule))
+        Self {
+            rule: Arc::new(move |op, _| rule(op)),
+            sized: false,
+        }
+    }
+
+    /// Wraps a rule over the op name, cost class and the bytes of its output (its shape
+    /// times its dtype's size, as [`stats`](crate::stats()) counts a kept value). It runs
+    /// as [`Selector::new`]'s does; the output's size is found once per op.
+    pub fn sized(rule: impl Fn(&OpInfo, u64) -> Decision + Send + Sync + 'static) -> Self {
+        Self {
+            rule: Arc::new(rule),
+            sized: true,
+        }
     }
 
     /// Keeps the outputs of ops whose cost class is in `keep`, recomputes the rest.
     pub fn keep_costs(keep: &'static [Cost]) -> Self {
-        Self::new(move |op| {
-            if keep.contains(&op.cost) {
-                Decision::Keep
-            } else {
-                Decision::Recompute
-            }
-        })
+        Self::new(move |op| Decision::keep_if(keep.contains(&op.cost)))
     }
 
     /// Keeps the outputs of ops whose name is in `names`, recomputes the rest.
@@ -72,17 +103,72 @@ impl Selector {
     /// then a `reshape` of the bias and an `add`, so `keep_names(&["matmul"])` keeps its
     /// matrix products and rebuilds the bias additions and activations.
     pub fn keep_names(names: &'static [&'static str]) -> Self {
-        Self::new(move |op| {
-            if names.contains(&op.name) {
-                Decision::Keep
-            } else {
-                Decision::Recompute
-            }
-        })
+        Self::new(move |op| Decision::keep_if(names.contains(&op.name)))
     }
 
-    fn decide(&self, op: &OpInfo) -> Decision {
-        (self.0)(op)
+    /// Keeps outputs of at most `bytes`, recomputes larger ones: small values (a norm's
+    /// statistics, a loss) cost little to keep, large activations are rebuilt.
+    pub fn keep_at_most(bytes: u64) -> Self {
+        Self::sized(move |_, size| Decision::keep_if(size <= bytes))
+    }
+
+    /// Keeps what `self` or `other` keeps (JAX's `save_from_both_policies`); `other` is
+    /// not asked when `self` keeps.
+    pub fn or(self, other: Selector) -> Self {
+        let sized = self.sized || other.sized;
+        Self {
+            rule: Arc::new(move |op, size| match (self.rule)(op, size) {
+                Decision::Keep => Decision::Keep,
+                Decision::Recompute => (other.rule)(op, size),
+            }),
+            sized,
+        }
+    }
+
+    /// Keeps only what both `self` and `other` keep; `other` is not asked when `self`
+    /// recomputes.
+    pub fn and(self, other: Selector) -> Self {
+        let sized = self.sized || other.sized;
+        Self {
+            rule: Arc::new(move |op, size| match (self.rule)(op, size) {
+                Decision::Keep => (other.rule)(op, size),
+                Decision::Recompute => Decision::Recompute,
+            }),
+            sized,
+        }
+    }
+
+    /// The answer for `op`; `output_bytes` is asked only by a sized rule, at most once.
+    fn decide(&self, op: &OpInfo, output_bytes: &mut dyn FnMut() -> u64) -> Decision {
+        let size = if self.sized { output_bytes() } else { 0 };
+        (self.rule)(op, size)
+    }
+}
+
+impl std::ops::Not for Selector {
+    type Output = Selector;
+
+    /// Keeps what `self` recomputes and recomputes what it keeps.
+    fn not(self) -> Selector {
+        let sized = self.sized;
+        Selector {
+            rule: Arc::new(move |op, size| match (self.rule)(op, size) {
+                Decision::Keep => Decision::Recompute,
+                Decision::Recompute => Decision::Keep,
+            }),
+            sized,
+        }
+    }
+}
+
+impl Decision {
+    /// `Keep` when `keep` holds, else `Recompute`.
+    pub fn keep_if(keep: bool) -> Self {
+        if keep {
+            Decision::Keep
+        } else {
+            Decision::Recompute
+        }
     }
 }
 
@@ -139,8 +225,15 @@ pub enum Policy {
 
 impl Policy {
     /// Whether this policy recomputes the output of `op` (before the never-rebuilt rule).
+    /// A [`Selector::sized`] rule is told the output has 0 bytes: see
+    /// [`Policy::recomputes_sized`].
     pub fn recomputes(&self, op: &OpInfo) -> bool {
-        self.answer(op).resolve(op).0
+        self.recomputes_sized(op, 0)
+    }
+
+    /// Whether this policy recomputes the output of `op`, an output of `bytes`.
+    pub fn recomputes_sized(&self, op: &OpInfo, bytes: u64) -> bool {
+        self.answer(op).resolve(op, &mut || bytes).0
     }
 
     /// The answer for `op`; a user rule is only cloned here, asked by [`Answer::resolve`].
@@ -431,7 +524,12 @@ pub(crate) fn in_region<R>(f: impl FnOnce() -> R) -> R {
 /// picks the default when no policy was chosen (NOTE [process-policy]). A [`Selector`] is
 /// asked after the thread's context and the process-wide policy are released: the user's
 /// rule may itself call [`set_policy`], [`with_policy`] or record ops.
-pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> (Placement, bool) {
+pub(crate) fn place(
+    op: &OpInfo,
+    replayable: bool,
+    balanced: bool,
+    output_bytes: &mut dyn FnMut() -> u64,
+) -> (Placement, bool) {
     let (region, answer) = CONTEXT.with(|cx| {
         let cx = cx.borrow();
         // NOTE [regions]: the outermost open region: a value stays rebuildable until every
@@ -462,7 +560,7 @@ pub(crate) fn place(op: &OpInfo, replayable: bool, balanced: bool) -> (Placement
     let budget = scoped_budget
         .unwrap_or_else(process_budget)
         .map_or(0, super::budget::intern);
-    let (recompute, thrifty) = answer.resolve(op);
+    let (recompute, thrifty) = answer.resolve(op, output_bytes);
     let placement = Placement {
         recompute: recompute && replayable,
         leaf_view: false,
@@ -491,10 +589,14 @@ impl Answer {
 
     /// Whether the output is recomputed, and whether that came from [`Policy::Balanced`]
     /// (which also weighs bytes: NOTE [thrifty-balanced] in `decide.rs`).
-    fn resolve(self, op: &OpInfo) -> (bool, bool) {
+    /// `output_bytes` is asked only by a [`Selector::sized`] rule.
+    fn resolve(self, op: &OpInfo, output_bytes: &mut dyn FnMut() -> u64) -> (bool, bool) {
         match self {
             Answer::Given { recompute, thrifty } => (recompute, thrifty),
-            Answer::Ask(selector) => (selector.decide(op) == Decision::Recompute, false),
+            Answer::Ask(selector) => (
+                selector.decide(op, output_bytes) == Decision::Recompute,
+                false,
+            ),
         }
     }
 }
