@@ -438,7 +438,9 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
     if backend == "wgpu" {
         description.push_str(
             "; memory columns: the device's bytes in use (CubeCL's pools, after a sync at the \
-             forward pass's end and after backward), not the host allocator's",
+             forward pass's end and after backward), not the host allocator's; no floors for \
+             the budget rows: remat times ops between syncs here, which overstates a replay's \
+             cost in a fused, asynchronous queue (steps measured up to 30% below such floors)",
         );
     }
     eprintln!("== {} on {backend}: {description}", kind.name());
