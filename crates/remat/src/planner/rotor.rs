@@ -131,7 +131,15 @@ impl Scale {
         let coarse = room.div_ceil(units).max(1);
         let per_boundary = boundary / coarse;
         let unit = if per_boundary >= 1 {
-            boundary.div_ceil(per_boundary)
+            // NOTE [exact-units]: a unit that divides the boundary, where one is at most
+            // twice the finest: a unit rounded up makes `k` boundaries more units than the
+            // room holds when the room is exactly `k` boundaries (a 32 KiB boundary in
+            // 619-byte units is 53 units, three of them 159 in a room of 158), and the DP
+            // then never keeps the last one.
+            (per_boundary.div_ceil(2)..=per_boundary)
+                .rev()
+                .find(|k| boundary % k == 0)
+                .map_or_else(|| boundary.div_ceil(per_boundary), |k| boundary / k)
         } else {
             coarse
         };

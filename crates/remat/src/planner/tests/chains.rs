@@ -238,25 +238,35 @@ fn a_long_uniform_chain_plans_near_revolve_s_optimum_at_any_slots() {
 }
 
 /// A power iteration (five ops a block, a fan-out inside) at slot counts above its smallest
-/// budget: the recompute, in forward passes, that the plans reached when NOTE [run-units]
-/// and NOTE [run-hints] landed (`examples/plan_chain.rs` prints them), pinned so that a
-/// change that plans worse fails. Before NOTE [run-units], 10,000 blocks at 2 slots replayed
-/// 503 forward passes and at 300 slots 1.51. Ten thousand blocks in optimized builds only
+/// budget: the recompute, in forward passes, that the plans reached when NOTE [run-units],
+/// NOTE [run-hints] and NOTE [exact-units] landed (`examples/plan_chain.rs` prints them),
+/// pinned so that a change that plans worse fails. Before NOTE [run-units], 10,000 blocks at
+/// 2 slots replayed 503 forward passes and at 300 slots 1.51; before NOTE [exact-units], 100
+/// blocks at 1 slot 26.37 and at 4 slots 2.91. Ten thousand blocks in optimized builds only
 /// (debug: a hundred).
 #[test]
 fn a_power_iteration_plans_the_recompute_measured_at_every_slot_count() {
     let (n, pinned): (u32, &[(u64, f64)]) = if cfg!(debug_assertions) {
         (
             100,
-            &[(2, 4.17), (4, 2.91), (8, 1.55), (30, 0.67), (100, 0.07)],
+            &[
+                (0, 49.58),
+                (1, 7.79),
+                (2, 4.17),
+                (4, 2.37),
+                (8, 1.46),
+                (30, 0.67),
+                (100, 0.07),
+            ],
         )
     } else {
         (
             10_000,
             &[
                 (2, 32.44),
+                (8, 5.46),
                 (30, 2.55),
-                (100, 1.69),
+                (100, 1.68),
                 (300, 0.98),
                 (1_000, 0.92),
             ],
