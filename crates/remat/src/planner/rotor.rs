@@ -138,7 +138,7 @@ impl Scale {
             // then never keeps the last one.
             (per_boundary.div_ceil(2)..=per_boundary)
                 .rev()
-                .find(|k| boundary % k == 0)
+                .find(|&k| boundary.is_multiple_of(k))
                 .map_or_else(|| boundary.div_ceil(per_boundary), |k| boundary / k)
         } else {
             coarse
@@ -1416,8 +1416,8 @@ impl Run {
         let mut hints = vec![vec![Hint::default(); width]; 6];
         for l in 0..=self.k {
             for &table in wanted {
-                for m in 0..width {
-                    let best = self.best(table, l, m, scale, &mut hints[table][m]);
+                for (m, hint) in hints[table].iter_mut().enumerate() {
+                    let best = self.best(table, l, m, scale, hint);
                     let at = self.at(l, m, scale);
                     (self.tables[table][at], self.choices[table][at]) = best;
                 }
