@@ -639,7 +639,17 @@ fn real_main() -> Result<(), String> {
     let mut results = if opts.report_only {
         let text = std::fs::read_to_string(&json_path)
             .map_err(|e| format!("{}: {e}", json_path.display()))?;
-        serde_json::from_str::<Results>(&text).map_err(|e| format!("results.json: {e}"))?
+        let mut results =
+            serde_json::from_str::<Results>(&text).map_err(|e| format!("results.json: {e}"))?;
+        // Checks added since the run was recorded (its other problems are kept as found).
+        for run in &mut results.runs {
+            if let Some(problem) = report::op_times_off(run)
+                && !run.problems.contains(&problem)
+            {
+                run.problems.push(problem);
+            }
+        }
+        results
     } else {
         let mut runs = Vec::new();
         for &kind in &opts.models {

@@ -433,7 +433,38 @@ pub fn check(run: &mut ModelRun) {
         }
     }
     problems.extend(floors_beaten(run));
+    problems.extend(op_times_off(run));
     run.problems = problems;
+}
+
+/// How far the planner's forward pass (the sum of remat's op times, which weigh every
+/// replay, prediction and floor) may be from SaveAll's measured forward before it is
+/// reported: beyond it the op times are wrong, not noisy.
+const OP_TIMES_TOLERANCE: f64 = 1.25;
+
+/// The planner's forward pass against SaveAll's measured one (median over its steps), when
+/// they differ by more than [`OP_TIMES_TOLERANCE`]x either way. Not on wgpu, whose op times
+/// are taken between syncs (see `floor_of`).
+pub fn op_times_off(run: &ModelRun) -> Option<String> {
+    if run.backend == "wgpu" {
+        return None;
+    }
+    let planner = run.budget.as_ref()?.planner.as_ref()?;
+    let all = find(run, "remat", "SaveAll")?;
+    if all.forward_ms.is_empty() {
+        return None;
+    }
+    let measured = median(all.forward_ms.clone());
+    let planned = planner.forward_cost_ns / 1e6;
+    let ratio = planned / measured;
+    (!(1.0 / OP_TIMES_TOLERANCE..=OP_TIMES_TOLERANCE).contains(&ratio)).then(|| {
+        format!(
+            "{} on {}: the planner's forward pass (remat's op times) is {planned:.1} ms, \
+             SaveAll's measured forward {measured:.1} ms ({ratio:.2}x): the op times that \
+             weigh its replays, predictions and floors are off",
+            run.model, run.backend
+        )
+    })
 }
 
 /// The floor of a budget point against SaveAll: `1 + the lower bound on recompute at the
