@@ -437,16 +437,23 @@ pub fn check(run: &mut ModelRun) {
     run.problems = problems;
 }
 
+/// Whether remat's op times on this run's backend add up to the step: not on wgpu, where
+/// remat times an op between two syncs (its launch, the kernel and the queue's drain), and
+/// in a fused, asynchronous queue a replay costs less than that; measured steps beat floors
+/// made of such times by up to 30% (2026-12-03). Floors and the op-time check need it.
+fn op_times_add_up(run: &ModelRun) -> bool {
+    run.backend != "wgpu"
+}
+
 /// How far the planner's forward pass (the sum of remat's op times, which weigh every
 /// replay, prediction and floor) may be from SaveAll's measured forward before it is
 /// reported: beyond it the op times are wrong, not noisy.
 const OP_TIMES_TOLERANCE: f64 = 1.25;
 
 /// The planner's forward pass against SaveAll's measured one (median over its steps), when
-/// they differ by more than [`OP_TIMES_TOLERANCE`]x either way. Not on wgpu, whose op times
-/// are taken between syncs (see `floor_of`).
+/// they differ by more than [`OP_TIMES_TOLERANCE`]x either way (where [`op_times_add_up`]).
 pub fn op_times_off(run: &ModelRun) -> Option<String> {
-    if run.backend == "wgpu" {
+    if !op_times_add_up(run) {
         return None;
     }
     let planner = run.budget.as_ref()?.planner.as_ref()?;
@@ -468,12 +475,10 @@ pub fn op_times_off(run: &ModelRun) -> Option<String> {
 }
 
 /// The floor of a budget point against SaveAll: `1 + the lower bound on recompute at the
-/// budget that ran / SaveAll's median step` (both from the same run). None on wgpu: there
-/// remat times an op between two syncs (its launch, the kernel and the queue's drain), and
-/// in a fused, asynchronous queue a replay costs less than that; measured steps beat such
-/// floors by up to 30% (2026-12-03), so they are no floors on that device.
+/// budget that ran / SaveAll's median step` (both from the same run); none where the op
+/// times do not add up to the step ([`op_times_add_up`]).
 fn floor_of(run: &ModelRun, point: &BudgetInfo) -> Option<f64> {
-    if run.backend == "wgpu" {
+    if !op_times_add_up(run) {
         return None;
     }
     let all = find(run, "remat", "SaveAll")?;
@@ -1161,8 +1166,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                     predicted_ratio(r, all.median_ms)
                 )),
                 exact(point.planned_ns),
-                // No floor on wgpu (see `floor_of`).
-                exact(point.bound_ns.filter(|_| run.backend != "wgpu")),
+                exact(point.bound_ns.filter(|_| op_times_add_up(run))),
                 point.plan_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
             );
         }
