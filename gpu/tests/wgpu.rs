@@ -191,24 +191,19 @@ fn assert_matches_save_all(what: &str, ours: &TrainReport, save_all: &TrainRepor
     );
 }
 
-/// Runs `f` under `Policy::Budget(budget)`; when it stops as too small, under the smallest
-/// budget `remat::check_budget` then reports (what the stopped step needed), until one works.
+/// Runs `f` under `Policy::Budget(budget)`; when it stops as too small
+/// (`remat::try_with_budget`'s `Err`), under the least budget the error names, until one works.
 /// (No check before the first try: the last step run under a budget may be another
 /// program's.) Returns the budget used.
 fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> (R, u64) {
     let mut budget = budget;
     for _ in 0..16 {
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            remat::with_policy(Policy::Budget(budget), &f)
-        }));
-        match run {
+        match remat::try_with_budget(budget, &f) {
             Ok(result) => return (result, budget),
-            Err(payload) => match remat::check_budget(budget) {
-                Err(remat::BudgetError::TooSmall {
-                    min_budget_bytes, ..
-                }) => budget = min_budget_bytes,
-                _ => std::panic::resume_unwind(payload),
-            },
+            Err(remat::BudgetError::TooSmall {
+                min_budget_bytes, ..
+            }) => budget = budget.max(min_budget_bytes),
+            Err(e) => panic!("{e}"),
         }
     }
     panic!("remat's smallest budgets did not work, up to {budget} bytes");

@@ -57,7 +57,7 @@ mod tensor;
 
 pub use active::is_active;
 pub use backend::Autodiff;
-pub use checkpoint::budget::{BudgetError, check_budget, tradeoff};
+pub use checkpoint::budget::{BudgetError, check_budget, tradeoff, try_with_budget};
 pub use checkpoint::checkpoint;
 pub use checkpoint::policy::{
     ActivePolicy, Cost, Decision, OpInfo, Policy, PolicySource, Selector, policy, reset_policy,

@@ -437,6 +437,64 @@ fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
     assert_eq!(remat::check_budget(min), Ok(()));
 }
 
+/// `try_with_budget` is the fallible way to run a step: a budget too small in the forward
+/// pass or at `backward()` is an `Err` naming the least budget to try, the step can be run
+/// again, and other panics of the step go on unwinding.
+#[test]
+fn try_with_budget_returns_too_small_instead_of_panicking() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Stopped in the forward pass: the constants pass three values at the fourth op.
+    match remat::try_with_budget(3 * VALUE, || constants_chain(10)) {
+        Err(remat::BudgetError::TooSmall {
+            budget_bytes,
+            min_budget_bytes,
+        }) => {
+            assert_eq!(budget_bytes, 3 * VALUE);
+            assert!(min_budget_bytes > 3 * VALUE, "{min_budget_bytes}");
+        }
+        other => panic!("a forward pass too small for its constants: {other:?}"),
+    }
+    // Retried from 1 byte as the error says: each try asks for more, and the budget found
+    // runs with SaveAll's gradient, within it.
+    let (save_all, _, _) = remat::with_policy(Policy::SaveAll, || chain(30));
+    let mut budget = 1;
+    let mut tries = 0;
+    let (grad, peak, _) = loop {
+        tries += 1;
+        assert!(tries <= 5, "no budget found in five tries");
+        match remat::try_with_budget(budget, || chain(30)) {
+            Ok(ran) => break ran,
+            Err(remat::BudgetError::TooSmall {
+                min_budget_bytes, ..
+            }) => {
+                assert!(
+                    min_budget_bytes > budget,
+                    "{min_budget_bytes} after {budget}"
+                );
+                budget = min_budget_bytes;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(tries > 1);
+    assert!(peak <= budget, "{peak} > {budget}");
+    assert_eq!(grad, save_all);
+    assert_eq!(remat::check_budget(budget), Ok(()));
+    // Any other panic is the step's own, unchanged.
+    let other = std::panic::catch_unwind(|| remat::try_with_budget(u64::MAX, || panic!("mine")));
+    let payload = other.expect_err("the step's panic goes on");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"mine"));
+    // Outside it, a budget too small panics with its message again.
+    let too_small = std::panic::catch_unwind(|| {
+        remat::with_policy(Policy::Budget(budget - 1), || chain(30));
+    });
+    let message = too_small
+        .expect_err("below the smallest budget")
+        .downcast::<String>()
+        .expect("a message");
+    assert!(message.contains("is too small"), "{message}");
+}
+
 /// Two graphs alive at once, each with its own backward (two losses, the second recorded
 /// before the first's backward): a pass plans within what the other graph holds, and when
 /// that leaves too little, the other graph's values that can be rebuilt are dropped first

@@ -42,8 +42,9 @@ pub(crate) enum InputState {
         /// Its value may be rebuilt for a later consumer: its policy recomputes it and its
         /// region (if any) is still open, or a budget plans it.
         rebuildable: bool,
-        /// It was recorded under a budget (NOTE \[budget\]).
-        budgeted: bool,
+        /// A planner decides it (`Placement::planned`: recorded under a budget, NOTE
+        /// \[budget\]).
+        planned: bool,
         /// Bytes of its value.
         bytes: u64,
     },
@@ -144,9 +145,9 @@ pub(crate) fn decide(facts: &OpFacts<'_>, output_bytes: &mut dyn FnMut() -> u64)
                 // long as anything may read it).
                 InputState::Op {
                     rebuildable,
-                    budgeted,
+                    planned,
                     ..
-                } => Some(mark(rebuildable || (budgeted && placement.budget != 0))),
+                } => Some(mark(rebuildable || (planned && placement.planned))),
             }
         })
         .collect();
@@ -171,7 +172,7 @@ mod tests {
     /// An input recorded by a kept (compute-bound) op that nothing stored yet.
     const UNSTORED: InputState = InputState::Op {
         rebuildable: false,
-        budgeted: false,
+        planned: false,
         bytes: 64,
     };
 
@@ -250,6 +251,33 @@ mod tests {
             assert_eq!(asked, asks, "{bytes} bytes");
             assert_eq!(decision.placement.recompute, recompute, "{bytes} bytes");
         }
+    }
+
+    /// NOTE \[budget\]: under a budget the decision marks the op `planned`, and an input that
+    /// a planner decides waits for its `Keep` even when no policy rebuilds it; outside a
+    /// budget the same input is stored now.
+    #[test]
+    fn a_budget_leaves_what_it_plans_to_the_planner() {
+        let reads = Reads::input(0);
+        let planned_input = [InputState::Op {
+            rebuildable: false,
+            planned: true,
+            bytes: 64,
+        }];
+        let budget = with_policy(Policy::Budget(1 << 20), || {
+            decide(&facts(&reads, &planned_input, true), &mut || 0)
+        });
+        assert!(budget.placement.planned);
+        assert_eq!(budget.inputs[0], Some(Forced::Recompute));
+        let save_all = with_policy(Policy::SaveAll, || {
+            decide(&facts(&reads, &planned_input, true), &mut || 0)
+        });
+        assert!(!save_all.placement.planned);
+        assert_eq!(save_all.inputs[0], Some(Forced::Keep));
+        let unplanned = with_policy(Policy::Budget(1 << 20), || {
+            decide(&facts(&reads, &[UNSTORED], true), &mut || 0)
+        });
+        assert_eq!(unplanned.inputs[0], Some(Forced::Keep));
     }
 
     /// NOTE [regions]: a value recorded in a region may be rebuilt for consumers until its

@@ -566,6 +566,7 @@ pub(crate) fn place(
         leaf_view: false,
         region,
         budget,
+        planned: budget != 0,
     };
     (placement, thrifty)
 }

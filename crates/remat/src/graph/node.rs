@@ -275,11 +275,11 @@ impl<B: Backend> Node<B> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Whether this op node's value may be rebuilt rather than kept: its policy said so, and
-    /// the region it was recorded in (if any) is still open (NOTE [regions]); under a budget,
-    /// whenever the op is replayable (the budget plans region values too, NOTE \[budget\]).
+    /// Whether this op node's value may be rebuilt rather than kept: its placement says so,
+    /// and the region it was recorded in (if any) is still open (NOTE [regions]) or a planner
+    /// decides it (`Placement::planned`, regions included).
     pub(crate) fn rebuildable(&self) -> bool {
-        self.placement.recompute && (self.placement.budget != 0 || self.placement.region_open())
+        self.placement.recompute && (self.placement.planned || self.placement.region_open())
     }
 
     /// Whether this op node's value is kept now.
@@ -628,11 +628,11 @@ impl<B: Backend> GraphNode for Node<B> {
             .filter(|input| input.node.is_none())
             .filter_map(|input| input.held.as_ref().map(Kept::bytes))
             .sum();
-        // A value recorded under another policy and kept may not have its inputs retained
+        // A value that no planner decides and that was kept may not have its inputs retained
         // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
         let replayable = op.rule.replayable()
             && self.placement.recompute
-            && (self.placement.budget != 0 || matches!(state.slot, Slot::Evicted(_)));
+            && (self.placement.planned || matches!(state.slot, Slot::Evicted(_)));
         Some(ScheduleEntry {
             id: self.id,
             name: self.name,

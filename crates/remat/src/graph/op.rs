@@ -60,8 +60,13 @@ pub(crate) struct Placement {
     /// rebuildable for later consumers only while it is set.
     pub(crate) region: Option<Arc<AtomicBool>>,
     /// The `Policy::Budget` the op was recorded under (an id from `budget::intern`), 0
-    /// for none. Such an op is planned by the budget (NOTE \[budget\]).
+    /// for none: which planner's pass the node joins. graph/ only carries it.
     pub(crate) budget: u32,
+    /// A planner decides at backward time whether the value is kept or rebuilt (the
+    /// decision layer sets it for ops recorded under a budget, NOTE \[budget\]): every input
+    /// a replay needs was retained when the op was recorded, so while `recompute` is set the
+    /// value is rebuildable whatever its region or its slot.
+    pub(crate) planned: bool,
 }
 
 impl Placement {
@@ -71,6 +76,7 @@ impl Placement {
         leaf_view: false,
         region: None,
         budget: 0,
+        planned: false,
     };
 
     /// Whether the region the op was recorded in (if any) is still open.

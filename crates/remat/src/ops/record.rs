@@ -131,7 +131,7 @@ fn state_of<B: Backend>(input: &AutodiffTensor<B>) -> InputState {
         Some(node) if node.kind == NodeKind::Leaf => InputState::Leaf,
         Some(node) => InputState::Op {
             rebuildable: node.rebuildable(),
-            budgeted: node.placement.budget != 0,
+            planned: node.placement.planned,
             bytes: bytes::<B>(&input.primitive) as u64,
         },
     }

@@ -117,11 +117,10 @@ pub fn policies() -> Vec<(&'static str, Policy)> {
     ]
 }
 
-/// Runs `f` under `Policy::Budget(budget)`, raised to the smallest budget that fits when it
-/// is below (`remat::check_budget`, the fallible form of the check `backward()` makes). A
-/// forward pass may hold values of side computations that the last step's graph does not
-/// show: when `f` stops there as too small, `check_budget` knows what it needed, and `f`
-/// runs again under that.
+/// Runs `f` under `Policy::Budget(budget)`, raised to the smallest budget that fits the
+/// last step when it is below (`remat::check_budget`). A forward pass may hold values of
+/// side computations that the last step's graph does not show: when `f` stops as too small
+/// (`remat::try_with_budget`'s `Err`), it runs again under the least budget the error names.
 pub fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> R {
     let mut budget = budget;
     for _ in 0..16 {
@@ -131,15 +130,12 @@ pub fn under_budget<R>(budget: u64, f: impl Fn() -> R) -> R {
                 min_budget_bytes, ..
             }) => budget = min_budget_bytes,
         }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            remat::with_policy(Policy::Budget(budget), &f)
-        }));
-        match run {
+        match remat::try_with_budget(budget, &f) {
             Ok(result) => return result,
-            Err(payload) => match remat::check_budget(budget) {
-                Err(remat::BudgetError::TooSmall { .. }) => {}
-                _ => std::panic::resume_unwind(payload),
-            },
+            Err(remat::BudgetError::TooSmall {
+                min_budget_bytes, ..
+            }) => budget = budget.max(min_budget_bytes),
+            Err(e) => panic!("{e}"),
         }
     }
     panic!("remat's smallest budgets did not work, up to {budget} bytes");

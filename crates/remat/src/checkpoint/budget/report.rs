@@ -21,6 +21,13 @@ pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -
         format!(" (at op `{op}`, in the forward pass)")
     });
     FAILED_NEED.with(|need| need.set(need.get().max(min)));
+    if TRYING.with(core::cell::Cell::get) > 0 {
+        // Inside `try_with_budget`: it turns this into its `Err`, so no message is printed.
+        std::panic::resume_unwind(Box::new(TooSmallUnwind(BudgetError::TooSmall {
+            budget_bytes: budget,
+            min_budget_bytes: min,
+        })));
+    }
     if lower {
         // The rest of the forward pass is not recorded yet: `min` may not be enough.
         panic!(
@@ -41,6 +48,75 @@ pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -
          after one step under a larger budget to choose one.",
         crate::stats::report::format_bytes(min)
     )
+}
+
+thread_local! {
+    /// How many `try_with_budget` calls this thread is inside.
+    static TRYING: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+/// The payload `too_small` unwinds with inside [`try_with_budget`].
+struct TooSmallUnwind(BudgetError);
+
+/// Runs `f` (a training step, or several) under [`Policy::Budget`]`(budget_bytes)`, as
+/// [`with_policy`](crate::with_policy) does, and returns [`BudgetError::TooSmall`] instead
+/// of panicking when the budget is too small for it: the fallible form of running a step
+/// under a budget.
+///
+/// A step stops as soon as the budget is known to be too small: in its forward pass (the
+/// values that cannot be rebuilt already pass it) or at `backward()` (the planner finds no
+/// schedule within it). Either way the step's graph is dropped, no gradient is returned and
+/// the optimizer has not run, so the step can be run again; its error's `min_budget_bytes`
+/// is the least worth trying. When the step stopped in its forward pass that is what the
+/// part recorded so far needs, and the whole step may need more: retry until it fits.
+/// Other panics of `f` go on unwinding.
+///
+/// ```
+/// use burn_flex::Flex;
+/// use burn_backend::{Backend, TensorData, ops::FloatTensorOps};
+/// use remat::{Autodiff, BudgetError, try_with_budget};
+/// type B = Autodiff<Flex>;
+///
+/// let step = || {
+///     let x = B::float_from_data(TensorData::from([1.0f32, 2.0, 3.0]), &Default::default());
+///     let x = B::float_set_require_grad(x, true);
+///     let y = B::float_exp(B::float_sin(B::float_exp(x)));
+///     B::float_sum(y).backward()
+/// };
+/// let mut budget = 1;
+/// let grads = loop {
+///     match try_with_budget(budget, step) {
+///         Ok(grads) => break grads,
+///         Err(BudgetError::TooSmall { min_budget_bytes, .. }) => budget = min_budget_bytes,
+///         Err(e) => panic!("{e}"),
+///     }
+/// };
+/// assert!(budget > 1);
+/// # drop(grads);
+/// ```
+///
+/// # Errors
+/// [`BudgetError::TooSmall`] (with the budget that stopped the step and the least one to
+/// try) when a budget in force during `f` is too small for a step `f` runs; never
+/// [`BudgetError::NoStep`].
+///
+/// [`Policy::Budget`]: crate::Policy::Budget
+pub fn try_with_budget<R>(budget_bytes: u64, f: impl FnOnce() -> R) -> Result<R, BudgetError> {
+    TRYING.with(|t| t.set(t.get() + 1));
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::checkpoint::policy::with_policy(
+            crate::checkpoint::policy::Policy::Budget(budget_bytes),
+            f,
+        )
+    }));
+    TRYING.with(|t| t.set(t.get() - 1));
+    match run {
+        Ok(result) => Ok(result),
+        Err(payload) => match payload.downcast::<TooSmallUnwind>() {
+            Ok(too_small) => Err(too_small.0),
+            Err(payload) => std::panic::resume_unwind(payload),
+        },
+    }
 }
 
 /// The trade-off between budget and extra compute for the last training step run under a
