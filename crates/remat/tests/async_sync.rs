@@ -102,7 +102,7 @@ fn from_the_third_step_a_budget_makes_no_sync() {
 }
 
 /// NOTE [new-sizes]: a loop whose batch changes every step (variable sequence lengths) syncs
-/// for the first `SIZES` (4) sizes of each op and never again: later sizes are estimated
+/// for the first `SIZES` (16) sizes of each op and never again: later sizes are estimated
 /// from those, and a plan is still made (the budget keeps rebuilding).
 #[test]
 fn a_loop_whose_shapes_change_every_step_stops_syncing() {
@@ -112,11 +112,11 @@ fn a_loop_whose_shapes_change_every_step_stops_syncing() {
             ("unlimited", &unlimited as &dyn Fn(usize) -> Policy),
             ("tight", &tight),
         ] {
-            let syncs = syncs_per_step(policy, 16, |i| 16 + i);
-            assert!(syncs[..4].iter().all(|&s| s > 0), "{what}: {syncs:?}");
+            let syncs = syncs_per_step(policy, 24, |i| 16 + i);
+            assert!(syncs[..16].iter().all(|&s| s > 0), "{what}: {syncs:?}");
             assert_eq!(
-                syncs[4..],
-                [0; 12],
+                syncs[16..],
+                [0; 8],
                 "{what}: syncs per step, a new size every step: {syncs:?}"
             );
         }
