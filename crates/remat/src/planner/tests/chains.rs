@@ -177,6 +177,38 @@ fn recorded_models_at_low_budgets() {
     }
 }
 
+/// The benchmark's MLP at 5% of its keep-all bytes (issue 19's target there was 3x SaveAll's
+/// step): the plan is the optimum, and the optimum is quadratic. 5% (4.9 MiB) holds the
+/// fixed input (2 MiB) and one 2 MiB activation, not two. A backward step that reads a value
+/// must hold it; with room for one activation nothing else is held meanwhile, and the value
+/// the previous step held lies deeper in the chain than the one this step reads (backward
+/// walks towards the input), so every read is rebuilt from the input: a read of node `v`
+/// costs `v + 1` replays. The 24 blocks are `matmul -> add -> gelu`; `gelu` reads its input
+/// (node `3i + 1`: `3i + 2` replays), `matmul` reads the previous `gelu` (node `3i - 1`: `3i`
+/// replays, none for the first, whose input is fixed); the loss's `mul` reads the last value,
+/// still held when the forward pass ends. 1,704 replays, 23.6 forward passes of recompute:
+/// about 8.5x SaveAll's step, the bench's 8.48x measured (`bench/budget/RESULTS.md`).
+#[test]
+fn the_mlp_at_5_percent_plans_the_optimum_of_one_activation() {
+    let view: GraphView = include_str!("views/mlp.view").parse().unwrap();
+    let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
+        .unwrap()
+        .peak_bytes;
+    let five = all * 5 / 100;
+    let fixed: u64 = view.nodes().iter().map(|n| n.fixed_bytes).sum();
+    let value = view.node(1).bytes;
+    assert!(fixed + value <= five && five < fixed + 2 * value, "{five}");
+    let blocks = 24u64;
+    let gelu: u64 = (0..blocks).map(|i| 3 * i + 2).sum();
+    let matmul: u64 = (1..blocks).map(|i| 3 * i).sum();
+    let optimum = gelu + matmul;
+    assert_eq!(optimum, 1_704);
+    let outcome = simulate(&view, &plan(&view, five).unwrap(), five).unwrap();
+    assert_eq!(outcome.total_replays, optimum);
+    let passes = outcome.recompute_cost / view.forward_cost();
+    assert!((passes - 23.64).abs() < 0.01, "{passes}");
+}
+
 /// A long uniform chain at every order of slots: `plan` within 10% of Revolve's optimum
 /// (the chain model's optimum for single-op stages of equal sizes and costs). Ten thousand
 /// stages in optimized builds only (debug: a thousand).
