@@ -267,6 +267,9 @@ fn a_1000_op_chain_replays_within_10_percent_of_revolve_once_planned() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     for slots in [10u64, 3] {
         let optimum = remat::planner::revolve::replays(1000, slots).unwrap();
+        if slots == 10 {
+            assert_eq!(optimum, 2637, "ARCHITECTURE.md quotes Revolve's count");
+        }
         let replays = sin_chain_replays(1000, slots * 4, 3);
         eprintln!("slots {slots}: replays {replays:?}, Revolve {optimum}");
         for &planned in &replays[1..] {
