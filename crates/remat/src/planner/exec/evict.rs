@@ -185,11 +185,14 @@ impl Exec<'_> {
                 }
                 Strategy::Lookahead { alpha } => {
                     let distance = self.distance(v) as f64;
-                    // The portfolio's integer exponents without `powf` (a fifth of a run's
-                    // time at a tight budget); the same values: a distance is an integer
-                    // below 2^26, so its square is exact, as `powf` returns it.
+                    // The portfolio's exponents without `powf` (a fifth of a run's time at
+                    // a tight budget): a distance is an integer below 2^26, so its square
+                    // is exact, as `powf` returns it; `sqrt` is correctly rounded, `powf`
+                    // of 0.5 within an ulp of it.
                     let weight = if alpha == 0.0 {
                         1.0
+                    } else if alpha == 0.5 {
+                        distance.sqrt()
                     } else if alpha == 1.0 {
                         distance
                     } else if alpha == 2.0 {
