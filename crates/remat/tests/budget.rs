@@ -289,6 +289,30 @@ fn a_1000_op_chain_replays_within_10_percent_of_revolve_once_planned() {
     }
 }
 
+/// A thread that cycles through more budgets than a few (the bench's rounds run nine budget
+/// points of one model in turn) follows each budget's plan from its second step: the plan
+/// cache keeps them all. With 8 plans kept, a cycle of 9 or more evicted every plan before
+/// its next use, and every step ran online.
+#[test]
+fn a_cycle_of_twelve_budgets_follows_each_budget_s_plan() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let budgets: Vec<u64> = (3..15u64).map(|slots| slots * 4).collect();
+    let cycle = || -> Vec<u64> {
+        budgets
+            .iter()
+            .map(|&budget| sin_chain_replays(300, budget, 1)[0])
+            .collect()
+    };
+    let online = cycle();
+    let planned = cycle();
+    assert_eq!(cycle(), planned, "planned steps replay the same each time");
+    let followed = online.iter().zip(&planned).filter(|(o, p)| o != p).count();
+    assert!(
+        followed > budgets.len() / 2,
+        "online {online:?}, then {planned:?}: the second cycle ran online"
+    );
+}
+
 /// Planned mode on a graph longer than the first compaction of the thread's online state
 /// (1024 ops), with an evaluation pass between the steps (a forward pass dropped without
 /// backward): the later steps still follow the plan. Both used to switch planned mode off
