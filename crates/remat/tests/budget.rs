@@ -51,6 +51,14 @@ fn gradient(x: &T, y: T) -> Vec<f32> {
         .unwrap()
 }
 
+/// The message of the panic `f` must raise (`expected` says why it should).
+fn panic_message(expected: &str, f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    *std::panic::catch_unwind(f)
+        .expect_err(expected)
+        .downcast::<String>()
+        .expect("a message")
+}
+
 /// A chain of `n` ops alternating `sin` and `exp(0.5 x)` ([`sin_exp`]); returns the
 /// gradient, the peak held bytes during the step and the replays.
 fn chain(n: usize) -> (Vec<f32>, u64, u64) {
@@ -97,13 +105,9 @@ fn a_budget_too_small_names_one_that_works() {
     remat::with_policy(Policy::Budget(u64::MAX), || chain(30));
     let min = remat::tradeoff().expect("a step ran").min_budget_bytes;
     assert!(min > 0 && min < 15 * VALUE);
-    let too_small = std::panic::catch_unwind(|| {
+    let message = panic_message("a budget below the smallest panics", || {
         remat::with_policy(Policy::Budget(min - 1), || chain(30));
     });
-    let message = too_small
-        .expect_err("a budget below the smallest panics")
-        .downcast::<String>()
-        .expect("a message");
     assert!(
         message.contains("is too small")
             && message.contains(&format!("remat::Policy::Budget({min})")),
@@ -431,13 +435,9 @@ fn a_budget_too_small_in_forward_says_how_to_find_one_that_works() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // Ten constants of one value each cannot fit three values: the forward pass panics at
     // the fourth, before the graph is whole.
-    let too_small = std::panic::catch_unwind(|| {
+    let message = panic_message("the constants pass the budget in forward", || {
         remat::with_policy(Policy::Budget(3 * VALUE), || constants_chain(10));
     });
-    let message = too_small
-        .expect_err("the constants pass the budget in forward")
-        .downcast::<String>()
-        .expect("a message");
     assert!(
         message.contains("is too small")
             && message.contains("at least")
@@ -512,13 +512,9 @@ fn try_with_budget_returns_too_small_instead_of_panicking() {
     let payload = other.expect_err("the step's panic goes on");
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"mine"));
     // Outside it, a budget too small panics with its message again.
-    let too_small = std::panic::catch_unwind(|| {
+    let message = panic_message("below the smallest budget", || {
         remat::with_policy(Policy::Budget(budget - 1), || chain(30));
     });
-    let message = too_small
-        .expect_err("below the smallest budget")
-        .downcast::<String>()
-        .expect("a message");
     assert!(message.contains("is too small"), "{message}");
 }
 
