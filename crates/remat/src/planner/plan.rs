@@ -232,7 +232,8 @@ pub(crate) fn plan_with(
     // A chain of stages (NOTE [rotor] in `rotor.rs`): the heterogeneous chain's optimum.
     // On a large view it goes first (the portfolio's runs are then abandoned once they cost
     // more); on a smaller one it goes last, when the portfolio's best still replays.
-    let large = view.len() > CHAIN_FIRST_OPS || tight_chain(view, budget);
+    let tier = Tier::of(view);
+    let large = view.len() > CHAIN_FIRST_OPS || tight_chain(view, &tier, budget);
     if large && !(uniform_costs && best.cost().is_some()) {
         chain_run(&mut best);
     }
@@ -240,7 +241,6 @@ pub(crate) fn plan_with(
     let revolve_optimal = uniform_costs && best.cost().is_some();
     if !revolve_optimal {
         let analysis = Arc::new(Analysis::new(view));
-        let tier = Tier::of(view);
         let strategies = tier
             .alphas
             .iter()
@@ -379,8 +379,8 @@ fn chain_run(best: &mut Best<'_>) {
     }
 }
 
-/// Whether the chain's plan goes first on a view of more than 512 ops (no search follows
-/// there) because the budget is tight for its chain of stages (NOTE [chain-tight]).
+/// Whether the chain's plan goes first on a view whose tier runs no search (more than 512
+/// ops) because the budget is tight for its chain of stages (NOTE [chain-tight]).
 ///
 /// NOTE [chain-tight]: near a chain's smallest budget the portfolio's first run, which
 /// nothing abandons (no plan is known yet), replayed 1.8-4.5x what the chain's plan does
@@ -391,8 +391,8 @@ fn chain_run(best: &mut Best<'_>) {
 /// chain's DP, whose tables grow with the budget, is not paid for). Measured (CPU time of
 /// `examples/plan_chain`, same plans): 1,000 blocks at the smallest budget 15.5 -> 10.6 s,
 /// at one slot 1.62 -> 0.71 s; 300 blocks 1.45 -> 1.01 s and 0.26 -> 0.13 s.
-fn tight_chain(view: &GraphView, budget: u64) -> bool {
-    view.len() > 512
+fn tight_chain(view: &GraphView, tier: &Tier, budget: u64) -> bool {
+    tier.search_runs == 0
         && rotor::stages_of(view).is_some_and(|stages| {
             budget <= rotor::min_budget(view, &stages).saturating_mul(TIGHT_CHAIN)
         })

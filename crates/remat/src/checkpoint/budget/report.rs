@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::{FAILED_NEED, LAST_VIEW, THREAD_VIEW};
+use crate::checkpoint::policy::{Policy, with_policy};
 use crate::planner::{self, GraphView, Tradeoff};
 
 /// The user-facing panic for a budget the graph cannot fit.
@@ -104,10 +105,7 @@ struct TooSmallUnwind(BudgetError);
 pub fn try_with_budget<R>(budget_bytes: u64, f: impl FnOnce() -> R) -> Result<R, BudgetError> {
     TRYING.with(|t| t.set(t.get() + 1));
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::checkpoint::policy::with_policy(
-            crate::checkpoint::policy::Policy::Budget(budget_bytes),
-            f,
-        )
+        with_policy(Policy::Budget(budget_bytes), f)
     }));
     TRYING.with(|t| t.set(t.get() - 1));
     match run {
