@@ -419,6 +419,9 @@ fn calibrate_budgets(
                 .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
                 .map(|o| o.recompute_cost);
             point.bound_ns = Some(remat::planner::recompute_lower_bound(view, bytes));
+            point.chain_ns = remat::planner::chain_plan(view, bytes)
+                .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
+                .map(|o| o.recompute_cost);
         }
     }
     Ok((

@@ -179,6 +179,10 @@ pub(crate) struct Shape {
     /// The last position of `sweep.replays` whose replay reads the stage's input (`None`:
     /// none does).
     pub(crate) input_last: Option<usize>,
+    /// Whether a step of the stage reads a value (its input or one of its own). A stage
+    /// whose steps read nothing needs nothing held to step (NOTE \[rotor-skip\] in
+    /// `rotor.rs`).
+    pub(crate) steps_read: bool,
     /// The inner plans, in no order (the first keeps all): the chain planner picks the
     /// cheapest that fits.
     pub(crate) inners: Vec<Inner>,
@@ -305,7 +309,7 @@ impl Inner {
 
 impl Shape {
     /// The facts of the stage `sub` (see NOTE \[stages\]).
-    fn new(sub: &GraphView, reads_input: &[bool], input_bytes: u64) -> Self {
+    fn new(sub: &GraphView, reads_input: &[bool], input_bytes: u64, steps_read: bool) -> Self {
         let n = sub.len();
         let nodes = sub.nodes();
         let mut wanted = vec![false; n];
@@ -352,6 +356,7 @@ impl Shape {
             sweep,
             sweep_through_peak,
             input_last,
+            steps_read,
             inners,
             tapes,
         }
@@ -373,7 +378,7 @@ impl Stages {
     /// The stages of `view`, if it has at least two (NOTE \[stages\]).
     pub(crate) fn of(view: &GraphView) -> Option<Self> {
         let ends = cuts(view)?;
-        type Id = (u64, Vec<u64>, Vec<bool>, u64);
+        type Id = (u64, Vec<u64>, Vec<bool>, u64, bool);
         let mut shapes: HashMap<Id, (u64, Arc<Shape>)> = HashMap::new();
         let mut stages = Self {
             start: Vec::with_capacity(ends.len()),
@@ -400,11 +405,13 @@ impl Stages {
             } else {
                 0
             };
-            let id = (signature(&sub), costs, reads_input, input_bytes);
+            // The sub-view drops the steps' reads of the input too.
+            let steps_read = (start..=end).any(|i| !view.node(i).step_reads.is_empty());
+            let id = (signature(&sub), costs, reads_input, input_bytes, steps_read);
             let next = shapes.len() as u64;
             let (key, shape) = shapes
                 .entry(id)
-                .or_insert_with_key(|id| (next, Arc::new(Shape::new(&sub, &id.2, id.3))))
+                .or_insert_with_key(|id| (next, Arc::new(Shape::new(&sub, &id.2, id.3, id.4))))
                 .clone();
             stages.start.push(start);
             stages.end.push(end);

@@ -95,7 +95,7 @@ pub use decisions::from_decisions;
 pub use dtr::Dtr;
 pub use error::Error;
 pub use feasible::{min_feasible_budget, smallest_budget};
-pub use plan::plan;
+pub use plan::{chain_plan, plan};
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use simulate::{HeldEvent, Outcome, simulate};
 pub(crate) use tradeoff::tradeoff_shared;

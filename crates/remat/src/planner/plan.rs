@@ -368,15 +368,37 @@ fn chain_run(best: &mut Best<'_>) {
         return;
     };
     best.work.runs += 1;
-    if let Some(rotor) = rotor::Rotor::new(view, &stages, budget)
-        && let Some(schedule) = rotor.schedule()
-    {
+    if let Some(schedule) = chain_dp(view, &stages, budget) {
         best.work.units += schedule.len() as u64;
         best.consider(schedule);
     }
     if best.cost().is_none() && budget >= rotor::min_budget(view, &stages) {
         best.consider(rotor::lean_chain(view, &stages));
     }
+}
+
+/// The schedule of Rotor's DP over `stages`, when one fits its units.
+fn chain_dp(view: &GraphView, stages: &super::blocks::Stages, budget: u64) -> Option<Schedule> {
+    rotor::Rotor::new(view, stages, budget)?.schedule()
+}
+
+/// The plan of the view's chain of stages alone (NOTE \[rotor\] in `rotor.rs`): Rotor's
+/// dynamic program over the stages (each stage run by its inner plans, taped, or split at
+/// a kept boundary), or near the chain's smallest budget, where the DP's memory units round
+/// the room away, the lean chain schedule. `None` when the view is not a chain of stages or
+/// the budget is below the chain's smallest.
+///
+/// [`plan`] considers this schedule among others and returns the cheapest, so its recompute
+/// is never above this one's: the gap says what the rest of the portfolio finds beyond the
+/// chain's optimum (which is exact in Rotor's model of a chain, not over all schedules).
+pub fn chain_plan(view: &GraphView, budget: u64) -> Option<Schedule> {
+    let stages = rotor::stages_of(view)?;
+    if let Some(schedule) = chain_dp(view, &stages, budget)
+        && simulate(view, &schedule, budget).is_ok()
+    {
+        return Some(schedule);
+    }
+    (budget >= rotor::min_budget(view, &stages)).then(|| rotor::lean_chain(view, &stages))
 }
 
 /// Whether the chain's plan goes first on a view whose tier runs no search (more than 512

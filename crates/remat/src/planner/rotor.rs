@@ -74,6 +74,8 @@ const INF: f64 = f64::INFINITY;
 const BASE: u32 = 0;
 const TAPE: u32 = 1;
 const SPLIT: u32 = 1 << 16;
+/// The skip of a last item whose steps read nothing (NOTE \[rotor-skip\]).
+const SKIP: u32 = SPLIT - 1;
 
 /// One item of a level: a stage, or a group of consecutive items solved by its own level.
 #[derive(Clone)]
@@ -219,6 +221,14 @@ impl Level {
             return (item.rev[m], BASE);
         }
         let mut best = (INF, BASE);
+        if let Kind::Stage(last) = &self.items[t].kind
+            && skips(last)
+        {
+            // NOTE [rotor-skip]: the last stage's steps read nothing: they run first, with
+            // nothing held, and its constants are released for the rest.
+            let room = (m + self.released(t, t, scale)).min(scale.m_max);
+            best = (self.rev[self.rev_at(s, t - 1, room, scale)], SKIP);
+        }
         if let Kind::Stage(shape) = &item.kind {
             for k in 0..shape.inners.len() {
                 if let Some((tape, cost)) = tape_fits(shape, k, m, true, scale) {
@@ -295,6 +305,14 @@ impl Level {
         }
         best
     }
+}
+
+/// Whether a stage may be skipped when it is the last of a sub-chain (NOTE \[rotor-skip\]):
+/// its steps read nothing, so its keep-all plan (inner plan 0) holds nothing and replays
+/// nothing, and needs no input.
+fn skips(shape: &Shape) -> bool {
+    let keep_all = &shape.inners[0];
+    !shape.steps_read && keep_all.rev_cost == 0.0 && keep_all.rev_forward.replays.is_empty()
 }
 
 /// The tape option of a stage with inner plan `k` and room `m` (NOTE \[rotor\]): the
@@ -523,6 +541,15 @@ impl<'a> Rotor<'a> {
                                 tasks.push(Task::rev(child, base + item.first, 0, child.n() - 1, m))
                             }
                         },
+                        SKIP => {
+                            let last = &level.items[t];
+                            let Kind::Stage(shape) = &last.kind else {
+                                unreachable!("remat internal error: a skip is a stage's")
+                            };
+                            inner_rev(self.stages, base + last.first, shape, 0, out);
+                            let room = (m + level.released(t, t, scale)).min(scale.m_max);
+                            tasks.push(Task::rev(&level, base, s, t - 1, room));
+                        }
                         tape if tape < SPLIT => {
                             let Kind::Stage(shape) = &item.kind else {
                                 unreachable!("remat internal error: a tape is a stage's")

@@ -5,7 +5,7 @@
 use super::chain;
 use crate::planner::blocks::{Stages, cuts};
 use crate::planner::rotor::{Rotor, min_budget};
-use crate::planner::{GraphView, Node, plan, revolve, simulate, smallest_budget};
+use crate::planner::{GraphView, Node, chain_plan, plan, revolve, simulate, smallest_budget};
 
 include!("power_iteration.rs");
 
@@ -162,11 +162,9 @@ fn recorded_models_at_low_budgets() {
             let planned = simulate(&view, &plan(&view, budget).unwrap(), budget)
                 .unwrap()
                 .recompute_cost;
-            let chain = stages.as_ref().and_then(|s| {
-                let rotor = Rotor::new(&view, s, budget)?;
-                let schedule = rotor.schedule()?;
-                Some(simulate(&view, &schedule, budget).unwrap().recompute_cost)
-            });
+            let chain = chain_plan(&view, budget)
+                .map(|s| simulate(&view, &s, budget).unwrap().recompute_cost);
+            assert_eq!(chain.is_some(), stages.is_some(), "{name} at {percent}%");
             assert!(chain.is_none_or(|c| planned <= c + 1e-6));
             eprintln!(
                 "  {percent}%: plan {:.3} forward passes, chain DP {:?}",
@@ -290,4 +288,91 @@ fn a_power_iteration_plans_the_recompute_measured_at_every_slot_count() {
             "{n} blocks, {slots} slots: {planned:.3} forward passes replayed, {passes} pinned"
         );
     }
+}
+
+/// A random chain of `blocks` blocks of 1 to 4 ops: each block's first op reads the
+/// previous block's output, later ops read one or two earlier ops of the block (a fan-out
+/// inside), steps read some of their inputs and maybe their own output; sizes 2 to 8,
+/// costs 1 to 10.
+fn random_block_chain(rng: &mut super::Rng, blocks: usize, max_ops: u64) -> GraphView {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut boundary: Option<u32> = None;
+    for _ in 0..blocks {
+        let first = nodes.len() as u32;
+        let ops = 1 + rng.below(max_ops) as u32;
+        for j in 0..ops {
+            let i = first + j;
+            let mut inputs: Vec<u32> = Vec::new();
+            if j == 0 {
+                inputs.extend(boundary);
+            } else {
+                inputs.push(i - 1);
+                if j >= 2 && rng.chance(0.5) {
+                    inputs.push(first + rng.below(u64::from(j - 1)) as u32);
+                }
+            }
+            let mut reads: Vec<u32> = inputs.iter().copied().filter(|_| rng.chance(0.6)).collect();
+            if rng.chance(0.25) {
+                reads.push(i);
+            }
+            nodes.push(
+                Node::new("op", 2 + rng.below(7), (1 + rng.below(10)) as f64)
+                    .inputs(inputs)
+                    .step_reads(reads),
+            );
+        }
+        boundary = Some(first + ops - 1);
+    }
+    GraphView::new(nodes).unwrap()
+}
+
+/// Random chains of 2 to 4 blocks (at most 13 ops) against the exact optimum, at every
+/// budget from the smallest any schedule meets to keep-all: the chain's own plan
+/// (`chain_plan`, Rotor's DP) is valid and never below the optimum; how often it reaches
+/// it is pinned (it cannot keep a value inside a stage across others, nor drop a stage's
+/// input while the stages after it run, as the exact schedules do); `plan` solves these
+/// views exactly.
+#[test]
+fn random_block_chains_against_the_exact_optimum() {
+    let mut rng = super::Rng::new(11);
+    let (mut cases, mut chain_hits) = (0, 0);
+    let mut ratios = Vec::new();
+    for _ in 0..200 {
+        let view = loop {
+            let blocks = 2 + rng.below(3) as usize;
+            let v = random_block_chain(&mut rng, blocks, 4);
+            if v.len() <= 13 && Stages::of(&v).is_some() {
+                break v;
+            }
+        };
+        let smallest = crate::planner::exact::min_budget(&view);
+        let all: u64 = view.nodes().iter().map(|n| n.bytes).sum();
+        for budget in smallest..=all {
+            let optimum =
+                crate::planner::exact::optimum(&view, budget).expect("above the smallest");
+            let planned = simulate(&view, &plan(&view, budget).unwrap(), budget).unwrap();
+            assert!(planned.recompute_cost <= optimum + 1e-9, "{view}");
+            let Some(chain) = chain_plan(&view, budget) else {
+                continue;
+            };
+            let chain = simulate(&view, &chain, budget)
+                .unwrap_or_else(|e| panic!("{e} at {budget}:\n{view}"))
+                .recompute_cost;
+            assert!(chain >= optimum - 1e-9, "{view}");
+            cases += 1;
+            chain_hits += usize::from(chain <= optimum + 1e-9);
+            ratios.push((chain + 1.0) / (optimum + 1.0));
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f) as usize];
+    eprintln!(
+        "{cases} cases, the chain's plan at the optimum in {chain_hits}; (chain + 1) / \
+         (optimum + 1): median {:.3}, 90% {:.3}, max {:.3}",
+        q(0.5),
+        q(0.9),
+        q(1.0)
+    );
+    assert!(cases > 4000, "{cases}");
+    assert!(chain_hits * 2 >= cases, "{chain_hits} of {cases}");
 }
