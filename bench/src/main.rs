@@ -320,7 +320,6 @@ fn calibrate_budgets(
             .map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("   planner view written to {}", path.display());
     }
-    let view = tradeoff.as_ref().map(|t| t.view.clone());
     let smallest = tradeoff.as_ref().map(|t| t.min_budget_bytes);
     let planner = tradeoff.map(|t| PlannerCurve::from_tradeoff(&t));
     prepared.push((unbounded, run, Some(u64::MAX)));
@@ -404,26 +403,8 @@ fn calibrate_budgets(
         }
         points.push(info);
     }
-    // The planner's own cost and the bound at each budget that ran, on the view of the
-    // calibration step (op times measured there).
-    if let Some(view) = &view {
-        for point in &mut points {
-            let Some(bytes) = point.ran_bytes.filter(|&b| b != u64::MAX) else {
-                continue;
-            };
-            let start = std::time::Instant::now();
-            let planned = remat::planner::plan(view, bytes);
-            point.plan_ms = Some(start.elapsed().as_secs_f64() * 1e3);
-            point.planned_ns = planned
-                .ok()
-                .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
-                .map(|o| o.recompute_cost);
-            point.bound_ns = Some(remat::planner::recompute_lower_bound(view, bytes));
-            point.chain_ns = remat::planner::chain_plan(view, bytes)
-                .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
-                .map(|o| o.recompute_cost);
-        }
-    }
+    // The planner's own columns at each budget are computed after the timed rounds, on the
+    // view of a step taken then (`plan_points`, NOTE [warm-floors]).
     Ok((
         BudgetRun {
             saveall_peak_bytes: saveall_peak,
@@ -517,6 +498,17 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
             samples[i].push(s);
         }
     }
+    // The planner's columns on the view of a step after the rounds (NOTE [warm-floors]).
+    let mut budget = budget;
+    if let Some(budget) = &mut budget
+        && let Some((_, run, _)) = runners
+            .iter_mut()
+            .find(|(_, _, bytes)| *bytes == Some(u64::MAX))
+        && try_step(run).is_ok()
+        && let Some(tradeoff) = remat::tradeoff()
+    {
+        plan_points(&mut budget.points, &tradeoff.view);
+    }
     let mut engines = Vec::new();
     for ((engine, run, budget_bytes), samples) in runners.iter_mut().zip(samples) {
         if samples.is_empty() {
@@ -572,6 +564,34 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
     report::check(&mut run);
     run.problems.extend(failures);
     Ok(run)
+}
+
+/// NOTE [warm-floors]: the planner's plan, the chain's plan, the lower bound and the time
+/// planning takes at each budget that ran, on `view`: the view of a step of the
+/// `Budget(u64::MAX)` point taken after the timed rounds. Its op times are the ones the
+/// engine planned with: a replay's cost is its own measured time once replays of its kind
+/// were timed (NOTE [replay-times] in remat's `cost.rs`), which the budget points' first
+/// steps do. Computed on the calibration step's view instead (forward times only), the
+/// floors were beaten by measured steps (the residual MLP at 50% to 10% by up to 0.064x of a
+/// step, 2026-12-03: its steps at 50% replayed 706 ops where that view's plan replays 403,
+/// cheaper ones than the forward times said).
+fn plan_points(points: &mut [report::BudgetInfo], view: &remat::planner::GraphView) {
+    for point in points {
+        let Some(bytes) = point.ran_bytes.filter(|&b| b != u64::MAX) else {
+            continue;
+        };
+        let start = std::time::Instant::now();
+        let planned = remat::planner::plan(view, bytes);
+        point.plan_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+        point.planned_ns = planned
+            .ok()
+            .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
+            .map(|o| o.recompute_cost);
+        point.bound_ns = Some(remat::planner::recompute_lower_bound(view, bytes));
+        point.chain_ns = remat::planner::chain_plan(view, bytes)
+            .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
+            .map(|o| o.recompute_cost);
+    }
 }
 
 fn run_micro(opts: &Opts, backend: &str) -> Vec<MicroRun> {

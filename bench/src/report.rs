@@ -488,26 +488,7 @@ fn floor_of(run: &ModelRun, point: &BudgetInfo) -> Option<f64> {
         return None;
     }
     let all = find(run, "remat", "SaveAll")?;
-    Some(1.0 + point.bound_ns? * warm_scale(run) / (all.median_ms * 1e6))
-}
-
-/// NOTE [warm-floors]: the bound weighs replays by remat's op times, taken in the
-/// calibration steps; in the rounds that follow (warm caches and allocator, another load on
-/// a shared machine) the same ops may run faster, and a floor from the calibration's times
-/// was beaten by measured steps (resmlp by up to 0.064x of a step, the transformer's 20% by
-/// 0.017x: its op times summed to 1.17x SaveAll's measured forward). So a floor scales the
-/// op times down to the timed rounds: by SaveAll's measured forward (median over the same
-/// rounds, the loss and remat's recording included, so the scale errs high) over the sum of
-/// the op times, where that is below 1. The bound is linear in a common scale of its costs.
-fn warm_scale(run: &ModelRun) -> f64 {
-    let planner = run.budget.as_ref().and_then(|b| b.planner.as_ref());
-    let all = find(run, "remat", "SaveAll");
-    match (planner, all) {
-        (Some(p), Some(all)) if !all.forward_ms.is_empty() && p.forward_cost_ns > 0.0 => {
-            (median(all.forward_ms.clone()) * 1e6 / p.forward_cost_ns).min(1.0)
-        }
-        _ => 1.0,
-    }
+    Some(1.0 + point.bound_ns? / (all.median_ms * 1e6))
 }
 
 /// Every budget point whose measured step (median ratio to SaveAll, same rounds) beats its
@@ -1076,13 +1057,12 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)` (op times measured in that \
          step's forward), interpolated linearly between the ladder's rows around the point's budget, \
          as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table. \
-         Planned: the planner's plan at the exact budget that ran, on the same view, as 1 + its replay time / SaveAll's median step. \
+         Planned: the planner's plan at the exact budget that ran, as 1 + its replay time / SaveAll's median step, on the view of a step taken after the timed rounds, whose op times are the ones the engine planned with (a replay weighed by its own measured time once its kind's replays were timed; NOTE [warm-floors] in `bench/src/main.rs`); chain optimum and no schedule below use the same view. \
          Chain optimum: the same for the plan of the view's chain of stages alone (`remat::planner::chain_plan`: Rotor's \
          dynamic program, the optimum among schedules that keep stage boundaries or a stage's reads; the planner keeps \
          the cheaper of it and its other schedules, so planned is never above it). \
          No schedule below: 1 + the planner's lower bound on any schedule's replay time at that budget \
-         (`remat::planner::recompute_lower_bound`: a relaxation of the held bytes when the forward pass ends, solved exactly), \
-         with the op times scaled to this run's timed rounds where they sum above SaveAll's measured forward (NOTE [warm-floors]), / \
+         (`remat::planner::recompute_lower_bound`: a relaxation of the held bytes when the forward pass ends, solved exactly) / \
          SaveAll's median step: in this model of the step, no checkpointing schedule runs the step faster. \
          Planning ms: one `remat::planner::plan` at that budget (the engine plans once per graph and budget, after the first step). \
          The held peak is what a budget bounds; the allocator's peak also counts the weight gradients, which backward \

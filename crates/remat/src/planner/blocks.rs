@@ -183,6 +183,14 @@ pub(crate) struct Shape {
     /// whose steps read nothing needs nothing held to step (NOTE \[rotor-skip\] in
     /// `rotor.rs`).
     pub(crate) steps_read: bool,
+    /// For each inner plan: whether the stage's input is of no more use once the plan's
+    /// forward part ran (or its tape was replayed): no step of the stage reads the input
+    /// and the plan's backward part replays nothing that reads it (NOTE \[rotor-owned\] in
+    /// `rotor.rs`).
+    pub(crate) input_done: Vec<bool>,
+    /// For each inner plan: whether it holds the boundary for its own backward part (else
+    /// the stages after it may free the boundary once they have read it).
+    pub(crate) keeps_boundary: Vec<bool>,
     /// The inner plans, in no order (the first keeps all): the chain planner picks the
     /// cheapest that fits.
     pub(crate) inners: Vec<Inner>,
@@ -198,6 +206,11 @@ pub(crate) struct Tape {
     pub(crate) forward: Replays,
     /// Bytes held at the end.
     pub(crate) bytes: u64,
+    /// The peak of `forward` with the stage's input counted and handed over to its last
+    /// reader, and that reader's position in `forward.replays` (`None`: none reads it): a
+    /// sub-chain that owns its input frees it there (NOTE \[rotor-owned\] in `rotor.rs`).
+    pub(crate) through_peak: u64,
+    pub(crate) input_last: Option<usize>,
 }
 
 /// The peak bytes of `sweep` when the stage's input (`input` bytes, read by the replays of
@@ -309,7 +322,13 @@ impl Inner {
 
 impl Shape {
     /// The facts of the stage `sub` (see NOTE \[stages\]).
-    fn new(sub: &GraphView, reads_input: &[bool], input_bytes: u64, steps_read: bool) -> Self {
+    fn new(
+        sub: &GraphView,
+        reads_input: &[bool],
+        input_bytes: u64,
+        steps_read: (bool, bool),
+    ) -> Self {
+        let (steps_read, steps_read_input) = steps_read;
         let n = sub.len();
         let nodes = sub.nodes();
         let mut wanted = vec![false; n];
@@ -343,11 +362,30 @@ impl Shape {
                     wanted[v as usize] = true;
                 }
                 wanted[n - 1] = true;
+                let forward = rev_forward(sub, &wanted);
                 Tape {
-                    forward: rev_forward(sub, &wanted),
+                    through_peak: peak_with_input(sub, &forward, input_bytes, reads_input),
+                    input_last: forward
+                        .replays
+                        .iter()
+                        .rposition(|&i| reads_input[i as usize]),
                     bytes: (0..n).filter(|&v| wanted[v]).map(|v| nodes[v].bytes).sum(),
+                    forward,
                 }
             })
+            .collect();
+        let input_done = inners
+            .iter()
+            .map(|inner| {
+                !steps_read_input
+                    && !inner.schedule.actions()[inner.split..]
+                        .iter()
+                        .any(|a| matches!(*a, Action::Replay(i) if reads_input[i as usize]))
+            })
+            .collect();
+        let keeps_boundary = inners
+            .iter()
+            .map(|inner| inner.held_at_end.binary_search(&(n as u32 - 1)).is_ok())
             .collect();
         Self {
             len: n as u32,
@@ -357,6 +395,8 @@ impl Shape {
             sweep_through_peak,
             input_last,
             steps_read,
+            input_done,
+            keeps_boundary,
             inners,
             tapes,
         }
@@ -378,7 +418,7 @@ impl Stages {
     /// The stages of `view`, if it has at least two (NOTE \[stages\]).
     pub(crate) fn of(view: &GraphView) -> Option<Self> {
         let ends = cuts(view)?;
-        type Id = (u64, Vec<u64>, Vec<bool>, u64, bool);
+        type Id = (u64, Vec<u64>, Vec<bool>, u64, (bool, bool));
         let mut shapes: HashMap<Id, (u64, Arc<Shape>)> = HashMap::new();
         let mut stages = Self {
             start: Vec::with_capacity(ends.len()),
@@ -406,7 +446,10 @@ impl Stages {
                 0
             };
             // The sub-view drops the steps' reads of the input too.
-            let steps_read = (start..=end).any(|i| !view.node(i).step_reads.is_empty());
+            let steps_read = (
+                (start..=end).any(|i| !view.node(i).step_reads.is_empty()),
+                start > 0 && (start..=end).any(|i| view.node(i).step_reads.contains(&(start - 1))),
+            );
             let id = (signature(&sub), costs, reads_input, input_bytes, steps_read);
             let next = shapes.len() as u64;
             let (key, shape) = shapes

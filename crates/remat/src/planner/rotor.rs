@@ -20,6 +20,25 @@
 //!                holding nothing it does not keep).
 //! ```
 //!
+//! NOTE [rotor-skip]: a stage whose steps read nothing (a bias add, a residual sum) needs
+//! nothing held to step. `rev(s, t, m)` may run such a last stage `t` first and go on with
+//! `rev(s, t - 1, m + its constants)`: without it the DP rebuilt the input of every such
+//! stage that no step reads (the benchmark's MLP at 5% of its keep-all bytes: 36.8
+//! forward passes of recompute where the optimum is 23.6; with it 24.6).
+//!
+//! NOTE [rotor-owned]: Rotor's chains hold a stage's input until its backward step, which
+//! reads it. Here a step may not read its input (a ReLU's reads its output, an add's
+//! nothing), and a value held for nothing crowds out a value that is read. So each table
+//! comes twice: *pinned* (the caller holds the input of `s` throughout, as above) and
+//! *owned* (the sub-chain frees the input of `s` once it is of no more use, and counts its
+//! bytes as room from then on). An owned tape of stage `s` whose steps do not read its input
+//! and whose inner plan's backward part replays nothing from it frees the input right
+//! after the tape is made; a split's rest owns the boundary the split kept, and a tape's
+//! rest owns the tape's boundary where the stage's own steps do not read it. The root's
+//! input is a leaf; a level's first item counts no room for freeing its input (its bytes
+//! are outside the level), though it frees it. Owned is never dearer than pinned (more
+//! room), and doubles the tables' size and work.
+//!
 //! Memory is counted in units (at most [`UNITS`] for the budget; boundary sizes round up, so
 //! the plan is valid and the room is used within a unit). The DP over one level of `n`
 //! items is O(n^3 m) and a level has at most [`GROUP`] items; longer chains are grouped:
@@ -76,6 +95,9 @@ const TAPE: u32 = 1;
 const SPLIT: u32 = 1 << 16;
 /// The skip of a last item whose steps read nothing (NOTE \[rotor-skip\]).
 const SKIP: u32 = SPLIT - 1;
+/// The tape of inner plan `k` (`TAPE_DROP + k`) whose boundary the next stages do without
+/// (NOTE \[rotor-absent\]).
+const TAPE_DROP: u32 = 1 << 8;
 
 /// One item of a level: a stage, or a group of consecutive items solved by its own level.
 #[derive(Clone)]
@@ -111,11 +133,20 @@ struct Level {
     items: Vec<Item>,
     /// `fixed_before[k]`: constants of items `0..k`.
     fixed_before: Vec<u64>,
-    /// `rev[(s * n + t) * (m_max + 1) + m]`, `top[s * (m_max + 1) + m]`, and their choices.
+    /// `rev[(s * n + t) * (m_max + 1) + m]`, `top[s * (m_max + 1) + m]`, and their choices:
+    /// the input of `s` held by the caller throughout.
     rev: Vec<f64>,
     rev_choice: Vec<u32>,
     top: Vec<f64>,
     top_choice: Vec<u32>,
+    /// The same with the input of `s` owned: freed once of no more use (NOTE \[rotor-owned\]).
+    rev_owned: Vec<f64>,
+    rev_owned_choice: Vec<u32>,
+    top_owned: Vec<f64>,
+    top_owned_choice: Vec<u32>,
+    /// `top` with the input of `s` not held (NOTE \[rotor-absent\]).
+    top_absent: Vec<f64>,
+    top_absent_choice: Vec<u32>,
 }
 
 /// The memory scale of one planning: bytes per unit and the most units.
@@ -180,6 +211,49 @@ impl Level {
         ((self.fixed_before[b + 1] - self.fixed_before[a]) / scale.unit) as usize
     }
 
+    /// The rev table, pinned or owned.
+    fn revs(&self, owned: bool) -> &[f64] {
+        if owned { &self.rev_owned } else { &self.rev }
+    }
+
+    /// The top table, pinned or owned.
+    fn tops(&self, owned: bool) -> &[f64] {
+        if owned { &self.top_owned } else { &self.top }
+    }
+
+    /// The choice made for `rev(s, t, m)` or (`t` = `None`) `top(s, m)`.
+    fn choice(&self, s: usize, t: Option<usize>, m: usize, hold: Hold, scale: Scale) -> u32 {
+        match (t, hold) {
+            (Some(t), Hold::Owned) => self.rev_owned_choice[self.rev_at(s, t, m, scale)],
+            (Some(t), _) => self.rev_choice[self.rev_at(s, t, m, scale)],
+            (None, Hold::Pinned) => self.top_choice[self.top_at(s, m, scale)],
+            (None, Hold::Owned) => self.top_owned_choice[self.top_at(s, m, scale)],
+            (None, Hold::Absent) => self.top_absent_choice[self.top_at(s, m, scale)],
+        }
+    }
+
+    /// Units an owned sub-chain from item `s` gains when it frees its input (rounded down:
+    /// the caller counted it rounded up, alone or in a tape; NOTE \[rotor-owned\]). The
+    /// input of a level's first item is outside the level: no gain is counted for it.
+    fn input_gain(&self, s: usize, scale: Scale) -> usize {
+        if s == 0 {
+            0
+        } else {
+            ((self.items[s - 1].boundary / scale.unit) as usize).min(scale.m_max)
+        }
+    }
+
+    /// The units an owned sub-chain from stage item `s` gains by freeing its input early
+    /// with the tape of inner plan `k` (NOTE \[rotor-owned\]): none unless it owns the
+    /// input and the stage is done with it after the tape.
+    fn early_gain(&self, shape: &Shape, s: usize, k: usize, owned: bool, scale: Scale) -> usize {
+        if owned && shape.input_done[k] {
+            self.input_gain(s, scale)
+        } else {
+            0
+        }
+    }
+
     fn solve(items: Vec<Item>, scale: Scale) -> Self {
         let n = items.len();
         let width = scale.m_max + 1;
@@ -194,28 +268,40 @@ impl Level {
             rev_choice: vec![BASE; n * n * width],
             top: vec![INF; n * width],
             top_choice: vec![BASE; n * width],
+            rev_owned: vec![INF; n * n * width],
+            rev_owned_choice: vec![BASE; n * n * width],
+            top_owned: vec![INF; n * width],
+            top_owned_choice: vec![BASE; n * width],
+            top_absent: vec![INF; n * width],
+            top_absent_choice: vec![BASE; n * width],
         };
         for len in 1..=n {
             for s in 0..=n - len {
                 let t = s + len - 1;
                 for m in 0..width {
-                    let best = level.best_rev(s, t, m, scale);
                     let k = level.rev_at(s, t, m, scale);
+                    let best = level.best_rev(s, t, m, true, scale);
+                    (level.rev_owned[k], level.rev_owned_choice[k]) = best;
+                    let best = level.best_rev(s, t, m, false, scale);
                     (level.rev[k], level.rev_choice[k]) = best;
                 }
             }
         }
         for s in (0..n).rev() {
             for m in 0..width {
-                let best = level.best_top(s, m, scale);
                 let k = level.top_at(s, m, scale);
+                let best = level.best_top(s, m, Hold::Absent, scale);
+                (level.top_absent[k], level.top_absent_choice[k]) = best;
+                let best = level.best_top(s, m, Hold::Owned, scale);
+                (level.top_owned[k], level.top_owned_choice[k]) = best;
+                let best = level.best_top(s, m, Hold::Pinned, scale);
                 (level.top[k], level.top_choice[k]) = best;
             }
         }
         level
     }
 
-    fn best_rev(&self, s: usize, t: usize, m: usize, scale: Scale) -> (f64, u32) {
+    fn best_rev(&self, s: usize, t: usize, m: usize, owned: bool, scale: Scale) -> (f64, u32) {
         let item = &self.items[s];
         if s == t {
             return (item.rev[m], BASE);
@@ -224,15 +310,18 @@ impl Level {
         if let Kind::Stage(last) = &self.items[t].kind
             && skips(last)
         {
-            // NOTE [rotor-skip]: the last stage's steps read nothing: they run first, with
+            // The last stage's steps read nothing (NOTE [rotor-skip]): they run first, with
             // nothing held, and its constants are released for the rest.
             let room = (m + self.released(t, t, scale)).min(scale.m_max);
-            best = (self.rev[self.rev_at(s, t - 1, room, scale)], SKIP);
+            best = (self.revs(owned)[self.rev_at(s, t - 1, room, scale)], SKIP);
         }
         if let Kind::Stage(shape) = &item.kind {
             for k in 0..shape.inners.len() {
-                if let Some((tape, cost)) = tape_fits(shape, k, m, true, scale) {
-                    let rest = self.rev[self.rev_at(s + 1, t, m - tape, scale)];
+                let gain = self.early_gain(shape, s, k, owned, scale);
+                if let Some((tape, cost)) = tape_fits(shape, k, m, true, gain, scale) {
+                    let room = (m + gain - tape).min(scale.m_max);
+                    let rest_owned = !shape.keeps_boundary[k];
+                    let rest = self.revs(rest_owned)[self.rev_at(s + 1, t, room, scale)];
                     if cost + rest < best.0 {
                         best = (cost + rest, TAPE + k as u32);
                     }
@@ -257,12 +346,12 @@ impl Level {
             if x > m {
                 continue;
             }
-            let right = self.rev[self.rev_at(split, t, m - x, scale)];
+            let right = self.rev_owned[self.rev_at(split, t, m - x, scale)];
             if right == INF {
                 continue;
             }
             let room = (m + self.released(split, t, scale)).min(scale.m_max);
-            let left = self.rev[self.rev_at(s, k, room, scale)];
+            let left = self.revs(owned)[self.rev_at(s, k, room, scale)];
             let total = sweep + right + left;
             if total < best.0 {
                 best = (total, SPLIT + split as u32);
@@ -271,40 +360,98 @@ impl Level {
         best
     }
 
-    fn best_top(&self, s: usize, m: usize, scale: Scale) -> (f64, u32) {
+    /// `top(s, m)` with the input of `s` pinned, owned or (`Hold::Absent`) not held at all
+    /// (NOTE \[rotor-absent\]).
+    fn best_top(&self, s: usize, m: usize, hold: Hold, scale: Scale) -> (f64, u32) {
         let n = self.n();
         let item = &self.items[s];
+        let owned = hold == Hold::Owned;
+        let absent = hold == Hold::Absent;
         if s == n - 1 {
-            return (item.top[m], BASE);
+            return match (&item.kind, absent) {
+                (_, false) => (item.top[m], BASE),
+                (Kind::Stage(shape), true) => {
+                    inner_without_input(shape, m, scale).map_or((INF, BASE), |(_, c)| (c, BASE))
+                }
+                (Kind::Group(_), true) => (INF, BASE),
+            };
         }
         let mut best = (INF, BASE);
         if let Kind::Stage(shape) = &item.kind {
             for k in 0..shape.inners.len() {
-                if let Some((tape, cost)) = tape_fits(shape, k, m, false, scale) {
-                    let rest = self.top[self.top_at(s + 1, m - tape, scale)];
+                if absent && !shape.input_done[k] {
+                    continue;
+                }
+                let gain = self.early_gain(shape, s, k, owned, scale);
+                if let Some((tape, cost)) = tape_fits(shape, k, m, false, gain, scale) {
+                    let room = (m + gain - tape).min(scale.m_max);
+                    let rest_owned = !shape.keeps_boundary[k];
+                    let rest = self.tops(rest_owned)[self.top_at(s + 1, room, scale)];
                     if cost + rest < best.0 {
                         best = (cost + rest, TAPE + k as u32);
                     }
                 }
+                if !shape.keeps_boundary[k] {
+                    // NOTE [rotor-absent]: the boundary not kept, the next stages do without.
+                    let tape = scale.units(shape.tapes[k].bytes - shape.boundary);
+                    let backward =
+                        scale.units(shape.inners[k].top_peak.saturating_sub(shape.fixed));
+                    if tape.max(backward) <= m + gain {
+                        let room = (m + gain - tape).min(scale.m_max);
+                        let rest = self.top_absent[self.top_at(s + 1, room, scale)];
+                        let cost = shape.inners[k].top_cost + rest;
+                        if cost < best.0 {
+                            best = (cost, TAPE_DROP + k as u32);
+                        }
+                    }
+                }
             }
+        }
+        if absent {
+            return best;
         }
         for split in s + 1..n {
             let x = self.items[split - 1].boundary_units;
             if x > m {
                 continue;
             }
-            let right = self.top[self.top_at(split, m - x, scale)];
+            let right = self.top_owned[self.top_at(split, m - x, scale)];
             if right == INF {
                 continue;
             }
             let room = (m + self.released(split, n - 1, scale)).min(scale.m_max);
-            let total = right + self.rev[self.rev_at(s, split - 1, room, scale)];
+            let total = right + self.revs(owned)[self.rev_at(s, split - 1, room, scale)];
             if total < best.0 {
                 best = (total, SPLIT + split as u32);
             }
         }
         best
     }
+}
+
+/// How a sub-chain's input is held (NOTE \[rotor-owned\], NOTE \[rotor-absent\]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Hold {
+    /// By the caller, throughout.
+    Pinned,
+    /// By the sub-chain, which frees it once of no more use.
+    Owned,
+    /// Not at all (the forward pass only): the sub-chain never reads it after the stage ran.
+    Absent,
+}
+
+/// The cheapest inner plan of `shape` in the forward-pass form that fits `m` units and
+/// needs the input no more once its forward part ran (NOTE \[rotor-absent\]).
+fn inner_without_input(shape: &Shape, m: usize, scale: Scale) -> Option<(usize, f64)> {
+    shape
+        .inners
+        .iter()
+        .enumerate()
+        .filter(|&(k, inner)| {
+            shape.input_done[k] && scale.units(inner.top_peak.saturating_sub(shape.fixed)) <= m
+        })
+        .map(|(k, inner)| (k, inner.top_cost))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// Whether a stage may be skipped when it is the last of a sub-chain (NOTE \[rotor-skip\]):
@@ -318,18 +465,29 @@ fn skips(shape: &Shape) -> bool {
 /// The tape option of a stage with inner plan `k` and room `m` (NOTE \[rotor\]): the
 /// units the tape holds while the next stages run and its cost (the replays that make it,
 /// in the rev form, and those of the plan's backward part); `None` when it does not fit.
-fn tape_fits(shape: &Shape, k: usize, m: usize, rev: bool, scale: Scale) -> Option<(usize, f64)> {
+/// `gain`: units of the input freed early by a sub-chain that owns it (NOTE
+/// \[rotor-owned\]; 0 for none): in the forward pass before the stage runs, in the rev
+/// form as its last reader takes it; the tape then has that much more room.
+fn tape_fits(
+    shape: &Shape,
+    k: usize,
+    m: usize,
+    rev: bool,
+    gain: usize,
+    scale: Scale,
+) -> Option<(usize, f64)> {
     let inner = &shape.inners[k];
     let made = &shape.tapes[k];
+    let room = m + gain;
     let tape = scale.units(made.bytes);
     let backward = scale.units(inner.top_peak.saturating_sub(shape.fixed));
-    let making = if rev {
-        scale.units(made.forward.peak)
-    } else {
-        backward
+    let making = match (rev, gain > 0) {
+        (true, false) => scale.units(made.forward.peak),
+        (true, true) => scale.units(made.through_peak),
+        (false, _) => backward,
     };
     let cost = inner.top_cost + if rev { made.forward.cost } else { 0.0 };
-    (tape <= m && making <= m && backward <= m).then_some((tape, cost))
+    (tape <= room && making <= room && backward <= room).then_some((tape, cost))
 }
 
 /// The cheapest inner plan of `shape` whose rev form (`rev`) or forward-pass form fits
@@ -468,6 +626,7 @@ impl<'a> Rotor<'a> {
                     base: 0,
                     s: 0,
                     m,
+                    hold: Hold::Pinned,
                 };
                 (task, cost)
             }
@@ -509,7 +668,6 @@ impl<'a> Rotor<'a> {
     }
 
     fn emit(&self, mut tasks: Vec<Task>, out: &mut Vec<Action>) {
-        let scale = self.scale;
         while let Some(task) = tasks.pop() {
             match task {
                 Task::Free(v) => out.push(Action::Free(v)),
@@ -526,120 +684,236 @@ impl<'a> Rotor<'a> {
                     s,
                     t,
                     m,
-                } => {
-                    let choice = level.rev_choice[level.rev_at(s, t, m, scale)];
-                    let item = &level.items[s];
-                    match choice {
-                        BASE => match &item.kind {
-                            Kind::Stage(shape) => {
-                                let stage = base + item.first;
-                                let (k, _) = inner_for(shape, m, true, scale)
-                                    .expect("remat internal error: the DP chose a plan that fits");
-                                inner_rev(self.stages, stage, shape, k, out);
-                            }
-                            Kind::Group(child) => {
-                                tasks.push(Task::rev(child, base + item.first, 0, child.n() - 1, m))
-                            }
-                        },
-                        SKIP => {
-                            let last = &level.items[t];
-                            let Kind::Stage(shape) = &last.kind else {
-                                unreachable!("remat internal error: a skip is a stage's")
-                            };
-                            inner_rev(self.stages, base + last.first, shape, 0, out);
-                            let room = (m + level.released(t, t, scale)).min(scale.m_max);
-                            tasks.push(Task::rev(&level, base, s, t - 1, room));
-                        }
-                        tape if tape < SPLIT => {
-                            let Kind::Stage(shape) = &item.kind else {
-                                unreachable!("remat internal error: a tape is a stage's")
-                            };
-                            let k = (tape - TAPE) as usize;
-                            self.tape(base + item.first, shape, k, false, &mut tasks, out);
-                            tasks.push(Task::rev(
-                                &level,
-                                base,
-                                s + 1,
-                                t,
-                                m - scale.units(shape.tapes[k].bytes),
-                            ));
-                        }
-                        split => {
-                            let split = (split - SPLIT) as usize;
-                            let stages = Self::stage_range(&level, base, s, split - 1);
-                            sweep(self.stages, stages.clone(), out);
-                            let boundary = self.stages.end[stages.end - 1];
-                            let room = (m + level.released(split, t, scale)).min(scale.m_max);
-                            let rest = Task::rev(
-                                &level,
-                                base,
-                                split,
-                                t,
-                                m - level.items[split - 1].boundary_units,
-                            );
-                            let prefix = Task::rev(&level, base, s, split - 1, room);
-                            push_split(&mut tasks, rest, boundary, prefix);
-                        }
-                    }
+                    owned,
+                } => self.emit_rev(&level, base, (s, t), m, owned, &mut tasks, out),
+                Task::Top {
+                    level,
+                    base,
+                    s,
+                    m,
+                    hold,
+                } => self.emit_top(&level, base, s, m, hold, &mut tasks, out),
+            }
+        }
+    }
+
+    /// The input of item `s` of `level` (its first stage at `base`): the boundary of the
+    /// stage before, `None` for the chain's first stage (a leaf).
+    fn input_of(&self, level: &Level, base: usize, s: usize) -> Option<u32> {
+        let stage = base + level.items[s].first;
+        (stage > 0).then(|| self.stages.end[stage - 1])
+    }
+
+    /// One `rev(s, t, m)` task of a level (NOTE \[rotor\]); an owned one frees its input
+    /// (NOTE \[rotor-owned\]).
+    #[allow(clippy::too_many_arguments)]
+    fn emit_rev(
+        &self,
+        level: &Arc<Level>,
+        base: usize,
+        (s, t): (usize, usize),
+        m: usize,
+        owned: bool,
+        tasks: &mut Vec<Task>,
+        out: &mut Vec<Action>,
+    ) {
+        let scale = self.scale;
+        let item = &level.items[s];
+        let input = self.input_of(level, base, s).filter(|_| owned);
+        match level.choice(
+            s,
+            Some(t),
+            m,
+            if owned { Hold::Owned } else { Hold::Pinned },
+            scale,
+        ) {
+            BASE => match &item.kind {
+                Kind::Stage(shape) => {
+                    let stage = base + item.first;
+                    let (k, _) = inner_for(shape, m, true, scale)
+                        .expect("remat internal error: the DP chose a plan that fits");
+                    inner_rev(self.stages, stage, shape, k, out);
+                    out.extend(input.map(Action::Free));
                 }
-                Task::Top { level, base, s, m } => {
-                    let choice = level.top_choice[level.top_at(s, m, scale)];
-                    let item = &level.items[s];
-                    match choice {
-                        BASE => match &item.kind {
-                            Kind::Stage(shape) => {
-                                let stage = base + item.first;
-                                let start = self.stages.start[stage];
-                                let (k, _) = inner_for(shape, m, false, scale)
-                                    .expect("remat internal error: the DP chose a plan that fits");
-                                out.extend(
-                                    shape.inners[k]
-                                        .schedule
-                                        .actions()
-                                        .iter()
-                                        .map(|&a| offset(a, start)),
-                                );
-                            }
-                            Kind::Group(child) => tasks.push(Task::Top {
-                                level: child.clone(),
-                                base: base + item.first,
-                                s: 0,
-                                m,
-                            }),
-                        },
-                        tape if tape < SPLIT => {
-                            let Kind::Stage(shape) = &item.kind else {
-                                unreachable!("remat internal error: a tape is a stage's")
-                            };
-                            let k = (tape - TAPE) as usize;
-                            self.tape(base + item.first, shape, k, true, &mut tasks, out);
-                            tasks.push(Task::Top {
-                                level: level.clone(),
-                                base,
-                                s: s + 1,
-                                m: m - scale.units(shape.tapes[k].bytes),
-                            });
-                        }
-                        split => {
-                            let split = (split - SPLIT) as usize;
-                            let stages = Self::stage_range(&level, base, s, split - 1);
-                            let first = self.stages.start[stages.start];
-                            let boundary = self.stages.end[stages.end - 1];
-                            out.extend((first..=boundary).map(Action::Compute));
-                            out.push(Action::Keep(boundary));
-                            let n = level.n();
-                            let room = (m + level.released(split, n - 1, scale)).min(scale.m_max);
-                            let rest = Task::Top {
-                                level: level.clone(),
-                                base,
-                                s: split,
-                                m: m - level.items[split - 1].boundary_units,
-                            };
-                            let prefix = Task::rev(&level, base, s, split - 1, room);
-                            push_split(&mut tasks, rest, boundary, prefix);
-                        }
-                    }
+                Kind::Group(child) => {
+                    tasks.extend(input.map(Task::Free));
+                    tasks.push(Task::rev(child, base + item.first, 0, child.n() - 1, m));
                 }
+            },
+            SKIP => {
+                let last = &level.items[t];
+                let Kind::Stage(shape) = &last.kind else {
+                    unreachable!("remat internal error: a skip is a stage's")
+                };
+                inner_rev(self.stages, base + last.first, shape, 0, out);
+                let room = (m + level.released(t, t, scale)).min(scale.m_max);
+                tasks.push(Task::Rev {
+                    level: level.clone(),
+                    base,
+                    s,
+                    t: t - 1,
+                    m: room,
+                    owned,
+                });
+            }
+            tape if tape < SPLIT => {
+                let Kind::Stage(shape) = &item.kind else {
+                    unreachable!("remat internal error: a tape is a stage's")
+                };
+                let k = (tape - TAPE) as usize;
+                let gain = level.early_gain(shape, s, k, owned, scale);
+                self.tape(
+                    base + item.first,
+                    shape,
+                    k,
+                    None,
+                    (input, gain > 0, true),
+                    tasks,
+                    out,
+                );
+                let room = (m + gain - scale.units(shape.tapes[k].bytes)).min(scale.m_max);
+                tasks.push(Task::Rev {
+                    level: level.clone(),
+                    base,
+                    s: s + 1,
+                    t,
+                    m: room,
+                    owned: !shape.keeps_boundary[k],
+                });
+            }
+            split => {
+                let split = (split - SPLIT) as usize;
+                let stages = Self::stage_range(level, base, s, split - 1);
+                sweep(self.stages, stages.clone(), out);
+                let room = (m + level.released(split, t, scale)).min(scale.m_max);
+                // The rest owns the boundary the sweep kept; the prefix frees the input
+                // when this task owns it.
+                tasks.push(Task::Rev {
+                    level: level.clone(),
+                    base,
+                    s,
+                    t: split - 1,
+                    m: room,
+                    owned,
+                });
+                tasks.push(Task::Rev {
+                    level: level.clone(),
+                    base,
+                    s: split,
+                    t,
+                    m: m - level.items[split - 1].boundary_units,
+                    owned: true,
+                });
+            }
+        }
+    }
+
+    /// One `top(s, m)` task of a level (NOTE \[rotor\]); an owned one frees its input
+    /// (NOTE \[rotor-owned\]), an absent one never reads it (NOTE \[rotor-absent\]).
+    #[allow(clippy::too_many_arguments)]
+    fn emit_top(
+        &self,
+        level: &Arc<Level>,
+        base: usize,
+        s: usize,
+        m: usize,
+        hold: Hold,
+        tasks: &mut Vec<Task>,
+        out: &mut Vec<Action>,
+    ) {
+        let scale = self.scale;
+        let item = &level.items[s];
+        let owned = hold == Hold::Owned;
+        let input = self.input_of(level, base, s).filter(|_| owned);
+        let choice = level.choice(s, None, m, hold, scale);
+        let (tape, drop) = match choice {
+            TAPE_DROP.. if choice < SKIP => (Some((choice - TAPE_DROP) as usize), true),
+            TAPE.. if choice < TAPE_DROP => (Some((choice - TAPE) as usize), false),
+            _ => (None, false),
+        };
+        match (choice, tape) {
+            (BASE, _) => match &item.kind {
+                Kind::Stage(shape) => {
+                    let start = self.stages.start[base + item.first];
+                    let (k, _) = if hold == Hold::Absent {
+                        inner_without_input(shape, m, scale)
+                    } else {
+                        inner_for(shape, m, false, scale)
+                    }
+                    .expect("remat internal error: the DP chose a plan that fits");
+                    out.extend(
+                        shape.inners[k]
+                            .schedule
+                            .actions()
+                            .iter()
+                            .map(|&a| offset(a, start)),
+                    );
+                    out.extend(input.map(Action::Free));
+                }
+                Kind::Group(child) => {
+                    tasks.extend(input.map(Task::Free));
+                    tasks.push(Task::Top {
+                        level: child.clone(),
+                        base: base + item.first,
+                        s: 0,
+                        m,
+                        hold: Hold::Pinned,
+                    });
+                }
+            },
+            (_, Some(k)) => {
+                let Kind::Stage(shape) = &item.kind else {
+                    unreachable!("remat internal error: a tape is a stage's")
+                };
+                let gain = level.early_gain(shape, s, k, owned, scale);
+                self.tape(
+                    base + item.first,
+                    shape,
+                    k,
+                    Some(!drop),
+                    (input, gain > 0, true),
+                    tasks,
+                    out,
+                );
+                let bytes = shape.tapes[k].bytes - if drop { shape.boundary } else { 0 };
+                let room = (m + gain - scale.units(bytes)).min(scale.m_max);
+                let hold = match (drop, shape.keeps_boundary[k]) {
+                    (true, _) => Hold::Absent,
+                    (false, true) => Hold::Pinned,
+                    (false, false) => Hold::Owned,
+                };
+                tasks.push(Task::Top {
+                    level: level.clone(),
+                    base,
+                    s: s + 1,
+                    m: room,
+                    hold,
+                });
+            }
+            (split, None) => {
+                let split = (split - SPLIT) as usize;
+                let stages = Self::stage_range(level, base, s, split - 1);
+                let first = self.stages.start[stages.start];
+                let boundary = self.stages.end[stages.end - 1];
+                out.extend((first..=boundary).map(Action::Compute));
+                out.push(Action::Keep(boundary));
+                let n = level.n();
+                let room = (m + level.released(split, n - 1, scale)).min(scale.m_max);
+                tasks.push(Task::Rev {
+                    level: level.clone(),
+                    base,
+                    s,
+                    t: split - 1,
+                    m: room,
+                    owned,
+                });
+                tasks.push(Task::Top {
+                    level: level.clone(),
+                    base,
+                    s: split,
+                    m: m - level.items[split - 1].boundary_units,
+                    hold: Hold::Owned,
+                });
             }
         }
     }
@@ -683,6 +957,7 @@ impl<'a> Rotor<'a> {
                             base,
                             s: 0,
                             m,
+                            hold: Hold::Pinned,
                         });
                     } else {
                         let t = level.n() - 1;
@@ -704,7 +979,16 @@ impl<'a> Rotor<'a> {
             let first_stage = run.block_stage(first);
             for (i, shape) in tape.shapes.iter().enumerate() {
                 let k = tape.options[i];
-                self.tape(first_stage + i, shape, k, top_form(table), tasks, out);
+                let top = top_form(table).then_some(true);
+                self.tape(
+                    first_stage + i,
+                    shape,
+                    k,
+                    top,
+                    (None, false, false),
+                    tasks,
+                    out,
+                );
             }
             tasks.push(Task::Run {
                 table,
@@ -750,34 +1034,63 @@ impl<'a> Rotor<'a> {
 
     /// A stage's tape with its inner plan `k` (NOTE \[rotor\]): its forward part now (in
     /// the forward pass, `top`: the plan's own, the boundary kept; else its rev form), and
-    /// pushed to run after the next stages, the boundary freed if only they read it, then
-    /// the plan's backward part.
+    /// pushed to run after the next stages, the boundary freed if only they read it (unless
+    /// `rest_owns_boundary`: the next stages' task frees it), then the plan's backward part.
+    /// An owned `input` (NOTE \[rotor-owned\]) is freed now if the stage is done with it,
+    /// else after its backward part.
+    #[allow(clippy::too_many_arguments)]
     fn tape(
         &self,
         stage: usize,
         shape: &Shape,
         k: usize,
-        top: bool,
+        top: Option<bool>,
+        (input, early, rest_owns_boundary): (Option<u32>, bool, bool),
         tasks: &mut Vec<Task>,
         out: &mut Vec<Action>,
     ) {
         let start = self.stages.start[stage];
         let inner = &shape.inners[k];
         let last = shape.len - 1;
-        let boundary_kept = inner.held_at_end.binary_search(&last).is_ok();
+        let boundary_kept = shape.keeps_boundary[k];
         let (forward, backward) = inner.schedule.actions().split_at(inner.split);
-        if top {
+        // Freed early (the DP counted its room): before the stage in the forward pass, at
+        // its last reader in the rev form.
+        let early = input.filter(|_| early);
+        if let Some(keep) = top {
+            out.extend(early.map(Action::Free));
             out.extend(forward.iter().map(|&a| offset(a, start)));
-            if !boundary_kept {
+            if !boundary_kept && keep {
                 out.push(Action::Keep(start + last));
             }
         } else {
-            replay(start, &shape.tapes[k].forward, out);
+            let tape = &shape.tapes[k];
+            if tape.input_last.is_none() {
+                out.extend(early.map(Action::Free));
+            }
+            for (p, &i) in tape.forward.replays.iter().enumerate() {
+                out.push(Action::Replay(start + i));
+                if tape.input_last == Some(p) {
+                    out.extend(early.map(Action::Free));
+                }
+                out.extend(
+                    tape.forward.frees[p]
+                        .iter()
+                        .map(|&u| Action::Free(start + u)),
+                );
+            }
+        }
+        if let Some(input) = input.filter(|_| early.is_none()) {
+            if shape.input_done[k] {
+                out.push(Action::Free(input));
+            } else {
+                tasks.push(Task::Free(input));
+            }
         }
         tasks.push(Task::Actions(
             backward.iter().map(|&a| offset(a, start)).collect(),
         ));
-        if !boundary_kept {
+        if !boundary_kept && !rest_owns_boundary {
             tasks.push(Task::Free(start + last));
         }
     }
@@ -854,6 +1167,7 @@ fn offset(action: Action, start: u32) -> Action {
 
 impl Task {
     /// The rev of items `s..=t` of `level` (its first stage at `base`) in room `m`.
+    /// A pinned `rev` task (the caller frees the input).
     fn rev(level: &Arc<Level>, base: usize, s: usize, t: usize, m: usize) -> Self {
         Task::Rev {
             level: level.clone(),
@@ -861,23 +1175,27 @@ impl Task {
             s,
             t,
             m,
+            owned: false,
         }
     }
 }
 
 enum Task {
+    /// `owned`: the task frees the input of item `s` (NOTE \[rotor-owned\]).
     Rev {
         level: Arc<Level>,
         base: usize,
         s: usize,
         t: usize,
         m: usize,
+        owned: bool,
     },
     Top {
         level: Arc<Level>,
         base: usize,
         s: usize,
         m: usize,
+        hold: Hold,
     },
     Run {
         table: usize,

@@ -166,6 +166,15 @@ fn recorded_models_at_low_budgets() {
                 .map(|s| simulate(&view, &s, budget).unwrap().recompute_cost);
             assert_eq!(chain.is_some(), stages.is_some(), "{name} at {percent}%");
             assert!(chain.is_none_or(|c| planned <= c + 1e-6));
+            if name == "mlp" {
+                // A chain of single ops: the DP finds what the portfolio finds (before NOTE
+                // [rotor-skip], [rotor-owned] and [rotor-absent], 1.56x it at 5%).
+                let chain = chain.expect("the MLP is a chain");
+                assert!(
+                    chain <= planned * (1.0 + 1e-9),
+                    "{percent}%: {chain} > {planned}"
+                );
+            }
             eprintln!(
                 "  {percent}%: plan {:.3} forward passes, chain DP {:?}",
                 planned / forward,
@@ -205,6 +214,10 @@ fn the_mlp_at_5_percent_plans_the_optimum_of_one_activation() {
     assert_eq!(outcome.total_replays, optimum);
     let passes = outcome.recompute_cost / view.forward_cost();
     assert!((passes - 23.64).abs() < 0.01, "{passes}");
+    // The chain's DP alone reaches it too (NOTE [rotor-skip], [rotor-owned] and
+    // [rotor-absent]: it made 36.8 forward passes without them).
+    let chain = simulate(&view, &chain_plan(&view, five).unwrap(), five).unwrap();
+    assert_eq!(chain.total_replays, optimum);
 }
 
 /// A long uniform chain at every order of slots: `plan` within 10% of Revolve's optimum
@@ -328,10 +341,10 @@ fn random_block_chain(rng: &mut super::Rng, blocks: usize, max_ops: u64) -> Grap
 
 /// Random chains of 2 to 4 blocks (at most 13 ops) against the exact optimum, at every
 /// budget from the smallest any schedule meets to keep-all: the chain's own plan
-/// (`chain_plan`, Rotor's DP) is valid and never below the optimum; how often it reaches
-/// it is pinned (it cannot keep a value inside a stage across others, nor drop a stage's
-/// input while the stages after it run, as the exact schedules do); `plan` solves these
-/// views exactly.
+/// (`chain_plan`, Rotor's DP) is valid and never below the optimum, and how often it
+/// reaches it is pinned (its family of schedules misses some: keeping a stage's input for
+/// its steps while the later stages run from their own kept values, say); `plan` solves
+/// these views exactly.
 #[test]
 fn random_block_chains_against_the_exact_optimum() {
     let mut rng = super::Rng::new(11);
@@ -373,6 +386,8 @@ fn random_block_chains_against_the_exact_optimum() {
         q(0.9),
         q(1.0)
     );
-    assert!(cases > 4000, "{cases}");
-    assert!(chain_hits * 2 >= cases, "{chain_hits} of {cases}");
+    // 4,174 of 5,441 on 2026-12-03 (2,889 of 5,294 before NOTE [rotor-owned] and
+    // [rotor-absent], 1,806 before NOTE [rotor-skip] too).
+    assert!(cases > 5000, "{cases}");
+    assert!(chain_hits * 4 >= cases * 3, "{chain_hits} of {cases}");
 }
