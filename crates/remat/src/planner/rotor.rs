@@ -50,8 +50,10 @@
 //! Revolve is the case of single-op stages of equal sizes and costs whose steps read their
 //! input; the tests check that this DP reaches its closed form.
 //!
-//! Cost model: O(n^3 m / 6) per distinct group, `n <= GROUP`, `m <= UNITS`; emitting the
-//! schedule is linear in its length, with an explicit stack.
+//! Cost model: O(n^3 m / 3) per distinct group (pinned and owned tables), `n <= GROUP`,
+//! `m <= UNITS`; a run whose stages may free their inputs also solves the grouped levels
+//! (NOTE [run-or-levels]); emitting the schedule is linear in its length, with an explicit
+//! stack.
 //!
 //! # Invariants
 //! - The schedule this module emits passes `simulate` under its budget (the planner checks
