@@ -42,6 +42,7 @@
 //!   NOTE \[stages\]), planned as a heterogeneous chain by Rotor's dynamic program over
 //!   stages whose own plans come from the portfolio (`rotor.rs`, NOTE \[rotor\]); a chain
 //!   that repeats is solved by block counts (NOTE \[rotor-run\]), any length in one level.
+//!   [`chain_plan`] returns that plan alone (what [`plan`] weighs against its others).
 //! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);
 //!   [`Dtr`] (online eviction, event by event or over a whole view, and
 //!   [`Dtr::resume`] to take over a step a cached plan started); [`plan`] (planned mode for a
