@@ -320,7 +320,7 @@ impl Level {
         if let Kind::Stage(shape) = &item.kind {
             for k in 0..shape.inners.len() {
                 let gain = self.early_gain(shape, s, k, owned, scale);
-                if let Some((tape, cost)) = tape_fits(shape, k, m, true, gain, scale) {
+                if let Some((tape, cost)) = tape_fits(shape, k, m, true, gain, scale, true) {
                     let room = (m + gain - tape).min(scale.m_max);
                     let rest_owned = !shape.keeps_boundary[k];
                     let rest = self.revs(rest_owned)[self.rev_at(s + 1, t, room, scale)];
@@ -385,7 +385,7 @@ impl Level {
                     continue;
                 }
                 let gain = self.early_gain(shape, s, k, owned, scale);
-                if let Some((tape, cost)) = tape_fits(shape, k, m, false, gain, scale) {
+                if let Some((tape, cost)) = tape_fits(shape, k, m, false, gain, scale, true) {
                     let room = (m + gain - tape).min(scale.m_max);
                     let rest_owned = !shape.keeps_boundary[k];
                     let rest = self.tops(rest_owned)[self.top_at(s + 1, room, scale)];
@@ -393,18 +393,14 @@ impl Level {
                         best = (cost + rest, TAPE + k as u32);
                     }
                 }
-                if !shape.keeps_boundary[k] {
-                    // NOTE [rotor-absent]: the boundary not kept, the next stages do without.
-                    let tape = scale.units(shape.tapes[k].bytes - shape.boundary);
-                    let backward =
-                        scale.units(shape.inners[k].top_peak.saturating_sub(shape.fixed));
-                    if tape.max(backward) <= m + gain {
-                        let room = (m + gain - tape).min(scale.m_max);
-                        let rest = self.top_absent[self.top_at(s + 1, room, scale)];
-                        let cost = shape.inners[k].top_cost + rest;
-                        if cost < best.0 {
-                            best = (cost, TAPE_DROP + k as u32);
-                        }
+                // NOTE [rotor-absent]: the boundary not kept, the next stages do without.
+                if !shape.keeps_boundary[k]
+                    && let Some((tape, cost)) = tape_fits(shape, k, m, false, gain, scale, false)
+                {
+                    let room = (m + gain - tape).min(scale.m_max);
+                    let rest = self.top_absent[self.top_at(s + 1, room, scale)];
+                    if cost + rest < best.0 {
+                        best = (cost + rest, TAPE_DROP + k as u32);
                     }
                 }
             }
@@ -469,7 +465,9 @@ fn skips(shape: &Shape) -> bool {
 /// in the rev form, and those of the plan's backward part); `None` when it does not fit.
 /// `gain`: units of the input freed early by a sub-chain that owns it (NOTE
 /// \[rotor-owned\]; 0 for none): in the forward pass before the stage runs, in the rev
-/// form as its last reader takes it; the tape then has that much more room.
+/// form as its last reader takes it; the tape then has that much more room. Without
+/// `boundary` (the forward pass only, NOTE \[rotor-absent\]) the tape holds what the plan
+/// keeps, not the boundary too.
 fn tape_fits(
     shape: &Shape,
     k: usize,
@@ -477,11 +475,13 @@ fn tape_fits(
     rev: bool,
     gain: usize,
     scale: Scale,
+    boundary: bool,
 ) -> Option<(usize, f64)> {
     let inner = &shape.inners[k];
     let made = &shape.tapes[k];
     let room = m + gain;
-    let tape = scale.units(made.bytes);
+    let dropped = if boundary { 0 } else { shape.boundary };
+    let tape = scale.units(made.bytes - dropped);
     let backward = scale.units(inner.top_peak.saturating_sub(shape.fixed));
     let making = match (rev, gain > 0) {
         (true, false) => scale.units(made.forward.peak),
@@ -632,18 +632,12 @@ impl<'a> Rotor<'a> {
             Solved::Levels(level) if lean => {
                 let t = level.n() - 1;
                 let cost = level.rev[level.rev_at(0, t, m, scale)];
-                let task = Task::rev(level, 0, 0, t, m);
+                let task = Task::rev(level, 0, (0, t), m, false);
                 (task, cost)
             }
             Solved::Levels(level) => {
                 let cost = level.top[level.top_at(0, m, scale)];
-                let task = Task::Top {
-                    level: level.clone(),
-                    base: 0,
-                    s: 0,
-                    m,
-                    hold: Hold::Pinned,
-                };
+                let task = Task::top(level, 0, 0, m, Hold::Pinned);
                 (task, cost)
             }
         }
@@ -753,7 +747,13 @@ impl<'a> Rotor<'a> {
                 }
                 Kind::Group(child) => {
                     tasks.extend(input.map(Task::Free));
-                    tasks.push(Task::rev(child, base + item.first, 0, child.n() - 1, m));
+                    tasks.push(Task::rev(
+                        child,
+                        base + item.first,
+                        (0, child.n() - 1),
+                        m,
+                        false,
+                    ));
                 }
             },
             SKIP => {
@@ -763,14 +763,7 @@ impl<'a> Rotor<'a> {
                 };
                 inner_rev(self.stages, base + last.first, shape, 0, out);
                 let room = (m + level.released(t, t, scale)).min(scale.m_max);
-                tasks.push(Task::Rev {
-                    level: level.clone(),
-                    base,
-                    s,
-                    t: t - 1,
-                    m: room,
-                    owned,
-                });
+                tasks.push(Task::rev(level, base, (s, t - 1), room, owned));
             }
             tape if tape < SPLIT => {
                 let Kind::Stage(shape) = &item.kind else {
@@ -788,14 +781,13 @@ impl<'a> Rotor<'a> {
                     out,
                 );
                 let room = (m + gain - scale.units(shape.tapes[k].bytes)).min(scale.m_max);
-                tasks.push(Task::Rev {
-                    level: level.clone(),
+                tasks.push(Task::rev(
+                    level,
                     base,
-                    s: s + 1,
-                    t,
-                    m: room,
-                    owned: !shape.keeps_boundary[k],
-                });
+                    (s + 1, t),
+                    room,
+                    !shape.keeps_boundary[k],
+                ));
             }
             split => {
                 let split = (split - SPLIT) as usize;
@@ -804,22 +796,14 @@ impl<'a> Rotor<'a> {
                 let room = (m + level.released(split, t, scale)).min(scale.m_max);
                 // The rest owns the boundary the sweep kept; the prefix frees the input
                 // when this task owns it.
-                tasks.push(Task::Rev {
-                    level: level.clone(),
+                tasks.push(Task::rev(level, base, (s, split - 1), room, owned));
+                tasks.push(Task::rev(
+                    level,
                     base,
-                    s,
-                    t: split - 1,
-                    m: room,
-                    owned,
-                });
-                tasks.push(Task::Rev {
-                    level: level.clone(),
-                    base,
-                    s: split,
-                    t,
-                    m: m - level.items[split - 1].boundary_units,
-                    owned: true,
-                });
+                    (split, t),
+                    m - level.items[split - 1].boundary_units,
+                    true,
+                ));
             }
         }
     }
@@ -868,13 +852,7 @@ impl<'a> Rotor<'a> {
                 }
                 Kind::Group(child) => {
                     tasks.extend(input.map(Task::Free));
-                    tasks.push(Task::Top {
-                        level: child.clone(),
-                        base: base + item.first,
-                        s: 0,
-                        m,
-                        hold: Hold::Pinned,
-                    });
+                    tasks.push(Task::top(child, base + item.first, 0, m, Hold::Pinned));
                 }
             },
             (_, Some(k)) => {
@@ -898,13 +876,7 @@ impl<'a> Rotor<'a> {
                     (false, true) => Hold::Pinned,
                     (false, false) => Hold::Owned,
                 };
-                tasks.push(Task::Top {
-                    level: level.clone(),
-                    base,
-                    s: s + 1,
-                    m: room,
-                    hold,
-                });
+                tasks.push(Task::top(level, base, s + 1, room, hold));
             }
             (split, None) => {
                 let split = (split - SPLIT) as usize;
@@ -915,21 +887,14 @@ impl<'a> Rotor<'a> {
                 out.push(Action::Keep(boundary));
                 let n = level.n();
                 let room = (m + level.released(split, n - 1, scale)).min(scale.m_max);
-                tasks.push(Task::Rev {
-                    level: level.clone(),
+                tasks.push(Task::rev(level, base, (s, split - 1), room, owned));
+                tasks.push(Task::top(
+                    level,
                     base,
-                    s,
-                    t: split - 1,
-                    m: room,
-                    owned,
-                });
-                tasks.push(Task::Top {
-                    level: level.clone(),
-                    base,
-                    s: split,
-                    m: m - level.items[split - 1].boundary_units,
-                    hold: Hold::Owned,
-                });
+                    split,
+                    m - level.items[split - 1].boundary_units,
+                    Hold::Owned,
+                ));
             }
         }
     }
@@ -955,29 +920,23 @@ impl<'a> Rotor<'a> {
                 (false, false) => {
                     let level = Run::level(&run.block);
                     let t = level.n() - 1;
-                    tasks.push(Task::rev(&level, run.block_stage(first), 0, t, m));
+                    tasks.push(Task::rev(&level, run.block_stage(first), (0, t), m, false));
                 }
                 (true, false) => {
                     if let Some(head) = &run.head {
                         let level = Run::level(head);
                         let t = level.n() - 1;
-                        tasks.push(Task::rev(&level, 0, 0, t, m));
+                        tasks.push(Task::rev(&level, 0, (0, t), m, false));
                     }
                 }
                 (false, true) => {
                     let level = Run::level(&run.tail);
                     let base = run.block_stage(run.k);
                     if top_form(table) {
-                        tasks.push(Task::Top {
-                            level,
-                            base,
-                            s: 0,
-                            m,
-                            hold: Hold::Pinned,
-                        });
+                        tasks.push(Task::top(&level, base, 0, m, Hold::Pinned));
                     } else {
                         let t = level.n() - 1;
-                        tasks.push(Task::rev(&level, base, 0, t, m));
+                        tasks.push(Task::rev(&level, base, (0, t), m, false));
                     }
                 }
                 (true, true) => {
@@ -1182,16 +1141,28 @@ fn offset(action: Action, start: u32) -> Action {
 }
 
 impl Task {
-    /// The rev of items `s..=t` of `level` (its first stage at `base`) in room `m`.
-    /// A pinned `rev` task (the caller frees the input).
-    fn rev(level: &Arc<Level>, base: usize, s: usize, t: usize, m: usize) -> Self {
+    /// The rev of items `s..=t` of `level` (its first stage at `base`) in room `m`; an
+    /// `owned` one frees the input of `s` (NOTE \[rotor-owned\]), else the caller does.
+    fn rev(level: &Arc<Level>, base: usize, (s, t): (usize, usize), m: usize, owned: bool) -> Self {
         Task::Rev {
             level: level.clone(),
             base,
             s,
             t,
             m,
-            owned: false,
+            owned,
+        }
+    }
+
+    /// The top of items `s..` of `level` (its first stage at `base`) in room `m`, its input
+    /// held as `hold` says.
+    fn top(level: &Arc<Level>, base: usize, s: usize, m: usize, hold: Hold) -> Self {
+        Task::Top {
+            level: level.clone(),
+            base,
+            s,
+            m,
+            hold,
         }
     }
 }
