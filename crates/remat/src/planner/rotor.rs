@@ -47,6 +47,31 @@
 //! the upper levels and anywhere inside a group. Groups of the same items share one DP: a
 //! chain of 10,000 equal blocks solves a handful of DPs.
 //!
+//! NOTE [group-owned]: a group's owned and absent forms come from its own level, whose
+//! first item gains the bytes of the group's input where it frees it (the boundary before
+//! the group; nothing for the chain's input, a leaf). Before, a group took its input
+//! pinned from its parent whatever the parent's table, and freed it after its whole
+//! backward (200 blocks of (matmul, add, GELU), one slot above the smallest budget:
+//! 394,670 -> 394,430 replayed; small, but the model is now the same at every level).
+//! Groups of the same items with inputs of different units are solved apart.
+//!
+//! NOTE [level-cuts]: where groups are cut decides where the root's checkpoints can sit,
+//! and how many levels deep a tight budget must keep boundaries. Cut from the stages up
+//! (groups of [`GROUP`] stages, then groups of those), a chain of a little more than
+//! [`GROUP`]^2 stages had a root of two items and three levels: 1,000 blocks of (matmul,
+//! add, GELU) one slot above the smallest budget found no plan in the levels, and the run
+//! (whole blocks) replayed 51.5M, a quadratic schedule. Near the smallest budget (room for
+//! at most [`TIGHT_CUTS`] boundaries) the chain is now cut three ways and the cheapest
+//! kept: from the stages up in groups of [`GROUP`] and of two thirds of it, and from the
+//! root down (the root takes [`GROUP`] groups, each cut the same way within; on a
+//! repeating chain, whose equal groups share one DP, each root group is one flat level
+//! where it has at most [`FLAT`] stages). Measured against one flat level over the whole
+//! chain (the chain model's optimum): 200 blocks at 1/2/4 slots 1.15/1.18/1.03x ->
+//! 1.07/1.05/1.03x; 100 blocks 1.28/1.08/1.02x -> 1.13/1.08/1.02x; 1,000 blocks at one slot
+//! 51.5M -> 4.43M replayed (43 forward passes), two slots 2.30M -> 2.04M. Planning the
+//! levels three ways costs about 2x where it applies; with more room the cuts differed by
+//! under 0.1% on these chains and one is solved.
+//!
 //! Revolve is the case of single-op stages of equal sizes and costs whose steps read their
 //! input; the tests check that this DP reaches its closed form.
 //!
@@ -78,6 +103,10 @@ const FLAT: usize = 128;
 
 /// The most memory units of a budget.
 const UNITS: u64 = 160;
+
+/// Room for at most this many of the chain's largest boundaries is tight: the chain's
+/// groups are cut three ways (NOTE \[level-cuts\]).
+const TIGHT_CUTS: usize = 8;
 
 /// NOTE [run-units]: the most memory units of a run's tables. A unit of the grouped levels
 /// (at most [`UNITS`]) may hold many boundaries of a long chain of small blocks: at 300
@@ -119,9 +148,15 @@ struct Item {
     sweep_first: usize,
     sweep_later: usize,
     kind: Kind,
-    /// `rev` and `top` of the item alone, by room (see NOTE \[rotor\]).
+    /// `rev` and `top` of the item alone, by room (see NOTE \[rotor\]), its input pinned.
     rev: Arc<[f64]>,
     top: Arc<[f64]>,
+    /// The same with its input owned (NOTE \[rotor-owned\]), and `top` with its input not
+    /// held (NOTE \[rotor-absent\]): a group's come from its own level (NOTE
+    /// \[group-owned\]).
+    rev_owned: Arc<[f64]>,
+    top_owned: Arc<[f64]>,
+    top_absent: Arc<[f64]>,
 }
 
 #[derive(Clone)]
@@ -135,6 +170,9 @@ struct Level {
     items: Vec<Item>,
     /// `fixed_before[k]`: constants of items `0..k`.
     fixed_before: Vec<u64>,
+    /// Units an owned sub-chain from the first item gains by freeing the level's input (the
+    /// boundary before a group; 0 for the chain's input, a leaf; NOTE \[group-owned\]).
+    input_units: usize,
     /// `rev[(s * n + t) * (m_max + 1) + m]`, `top[s * (m_max + 1) + m]`, and their choices:
     /// the input of `s` held by the caller throughout.
     rev: Vec<f64>,
@@ -236,10 +274,10 @@ impl Level {
 
     /// Units an owned sub-chain from item `s` gains when it frees its input (rounded down:
     /// the caller counted it rounded up, alone or in a tape; NOTE \[rotor-owned\]). The
-    /// input of a level's first item is outside the level: no gain is counted for it.
+    /// input of a level's first item is the level's input (NOTE \[group-owned\]).
     fn input_gain(&self, s: usize, scale: Scale) -> usize {
         if s == 0 {
-            0
+            self.input_units
         } else {
             ((self.items[s - 1].boundary / scale.unit) as usize).min(scale.m_max)
         }
@@ -256,7 +294,7 @@ impl Level {
         }
     }
 
-    fn solve(items: Vec<Item>, scale: Scale) -> Self {
+    fn solve(items: Vec<Item>, scale: Scale, input_units: usize) -> Self {
         let n = items.len();
         let width = scale.m_max + 1;
         let mut fixed_before = vec![0u64; n + 1];
@@ -266,6 +304,7 @@ impl Level {
         let mut level = Self {
             items,
             fixed_before,
+            input_units,
             rev: vec![INF; n * n * width],
             rev_choice: vec![BASE; n * n * width],
             top: vec![INF; n * width],
@@ -306,7 +345,8 @@ impl Level {
     fn best_rev(&self, s: usize, t: usize, m: usize, owned: bool, scale: Scale) -> (f64, u32) {
         let item = &self.items[s];
         if s == t {
-            return (item.rev[m], BASE);
+            let rev = if owned { &item.rev_owned } else { &item.rev };
+            return (rev[m], BASE);
         }
         let mut best = (INF, BASE);
         if let Kind::Stage(last) = &self.items[t].kind
@@ -370,13 +410,12 @@ impl Level {
         let owned = hold == Hold::Owned;
         let absent = hold == Hold::Absent;
         if s == n - 1 {
-            return match (&item.kind, absent) {
-                (_, false) => (item.top[m], BASE),
-                (Kind::Stage(shape), true) => {
-                    inner_without_input(shape, m, scale).map_or((INF, BASE), |(_, c)| (c, BASE))
-                }
-                (Kind::Group(_), true) => (INF, BASE),
+            let top = match hold {
+                Hold::Pinned => &item.top,
+                Hold::Owned => &item.top_owned,
+                Hold::Absent => &item.top_absent,
             };
+            return (top[m], BASE);
         }
         let mut best = (INF, BASE);
         if let Kind::Stage(shape) = &item.kind {
@@ -593,8 +632,31 @@ impl<'a> Rotor<'a> {
             room: scale.within(room),
             solved,
         };
+        // NOTE [level-cuts]: where the chain takes more than one level and the room is
+        // tight, its groups are cut three ways and the cheapest levels kept.
+        let repeats = Run::layout(&stages.key).is_some();
+        let tight = scale.within(room) <= TIGHT_CUTS * scale.units(boundary);
+        let levels = || {
+            let cuts = if stages.len() <= group || !tight {
+                vec![Cut::BottomUp(group)]
+            } else {
+                // Equal groups share one DP: a repeating chain affords a flat level for each
+                // of the root's groups where one takes it.
+                let flat_inner = repeats && stages.len().div_ceil(group) <= FLAT;
+                let inner = if flat_inner { FLAT } else { group };
+                vec![
+                    Cut::BottomUp(group),
+                    Cut::BottomUp((group * 2 / 3).max(2)),
+                    Cut::TopDown { top: group, inner },
+                ]
+            };
+            cuts.into_iter()
+                .map(|cut| make(Solved::Levels(build(stages, scale, cut)), scale))
+                .min_by(|a, b| a.root(lean).1.total_cmp(&b.root(lean).1))
+                .expect("at least one cut")
+        };
         let Some((run, fine)) = run else {
-            return Some(make(Solved::Levels(build(stages, scale, group)), scale));
+            return Some(levels());
         };
         let run = make(Solved::Run(Box::new(run)), fine);
         // NOTE [run-or-levels]: a run's tables weigh whole blocks and keep every block's
@@ -605,7 +667,7 @@ impl<'a> Rotor<'a> {
         // level 0.34M), two slots 1.34x; at eight slots the run was 0.7% cheaper. A chain
         // whose stages all read their input (the power iteration) solves the run alone.
         if (0..stages.len()).any(|k| stages.shape[k].input_done.iter().any(|&done| done)) {
-            let levels = make(Solved::Levels(build(stages, scale, group)), scale);
+            let levels = levels();
             if levels.root(lean).1 < run.root(lean).1 {
                 return Some(levels);
             }
@@ -745,16 +807,14 @@ impl<'a> Rotor<'a> {
                     inner_rev(self.stages, stage, shape, k, out);
                     out.extend(input.map(Action::Free));
                 }
-                Kind::Group(child) => {
-                    tasks.extend(input.map(Task::Free));
-                    tasks.push(Task::rev(
-                        child,
-                        base + item.first,
-                        (0, child.n() - 1),
-                        m,
-                        false,
-                    ));
-                }
+                // The group frees its input itself (NOTE [group-owned]).
+                Kind::Group(child) => tasks.push(Task::rev(
+                    child,
+                    base + item.first,
+                    (0, child.n() - 1),
+                    m,
+                    owned,
+                )),
             },
             SKIP => {
                 let last = &level.items[t];
@@ -850,10 +910,7 @@ impl<'a> Rotor<'a> {
                     );
                     out.extend(input.map(Action::Free));
                 }
-                Kind::Group(child) => {
-                    tasks.extend(input.map(Task::Free));
-                    tasks.push(Task::top(child, base + item.first, 0, m, Hold::Pinned));
-                }
+                Kind::Group(child) => tasks.push(Task::top(child, base + item.first, 0, m, hold)),
             },
             (_, Some(k)) => {
                 let Kind::Stage(shape) = &item.kind else {
@@ -1197,12 +1254,12 @@ enum Task {
 /// The leaf items of `stages` under `scale`.
 fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
     let width = scale.m_max + 1;
-    type Curves = (Arc<[f64]>, Arc<[f64]>);
+    type Curves = (Arc<[f64]>, Arc<[f64]>, Arc<[f64]>);
     let mut curves: HashMap<u64, Curves> = HashMap::new();
     (0..stages.len())
         .map(|k| {
             let shape = stages.shape[k].clone();
-            let (rev, top) = curves
+            let (rev, top, top_absent) = curves
                 .entry(stages.key[k])
                 .or_insert_with(|| {
                     let curve = |rev: bool| -> Arc<[f64]> {
@@ -1210,7 +1267,10 @@ fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
                             .map(|m| inner_for(&shape, m, rev, scale).map_or(INF, |(_, c)| c))
                             .collect()
                     };
-                    (curve(true), curve(false))
+                    let absent: Arc<[f64]> = (0..width)
+                        .map(|m| inner_without_input(&shape, m, scale).map_or(INF, |(_, c)| c))
+                        .collect();
+                    (curve(true), curve(false), absent)
                 })
                 .clone();
             Item {
@@ -1224,6 +1284,9 @@ fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
                 sweep_first: scale.units(shape.sweep.peak),
                 sweep_later: scale.units(shape.sweep_through_peak),
                 kind: Kind::Stage(shape),
+                rev_owned: rev.clone(),
+                top_owned: top.clone(),
+                top_absent,
                 rev,
                 top,
             }
@@ -1231,28 +1294,94 @@ fn stage_items(stages: &Stages, scale: Scale) -> Vec<Item> {
         .collect()
 }
 
-/// The levels of the DP over `stages` (see NOTE \[rotor\]); returns the root.
-fn build(stages: &Stages, scale: Scale, group: usize) -> Arc<Level> {
+/// The levels of the DP over `stages` (see NOTE \[rotor\]), at most `group` items each,
+/// cut from the stages up or from the root down (NOTE \[level-cuts\]); returns the root.
+fn build(stages: &Stages, scale: Scale, how: Cut) -> Arc<Level> {
     let mut items = stage_items(stages, scale);
-    let mut solved: HashMap<Vec<u64>, Arc<Level>> = HashMap::new();
-    while items.len() > group {
-        let groups = items.len().div_ceil(group);
-        let size = items.len().div_ceil(groups);
-        items = items
-            .chunks(size)
-            .map(|chunk| group_item(chunk, scale, &mut solved))
-            .collect();
+    let mut solved = HashMap::new();
+    match how {
+        Cut::BottomUp(group) => {
+            while items.len() > group {
+                let groups = items.len().div_ceil(group);
+                let size = items.len().div_ceil(groups);
+                items = cut(&items, size, None, scale, 0, &mut solved);
+            }
+        }
+        Cut::TopDown { top, inner } => {
+            items = level_items(&items, (top, inner), scale, 0, &mut solved);
+        }
     }
-    Arc::new(Level::solve(items, scale))
+    Arc::new(Level::solve(items, scale, 0))
 }
 
-/// One item for the consecutive `chunk`, solved by its own level (shared by equal chunks).
-fn group_item(chunk: &[Item], scale: Scale, solved: &mut HashMap<Vec<u64>, Arc<Level>>) -> Item {
+/// How a chain's stages are cut into groups (NOTE \[level-cuts\]).
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Groups of at most this many stages, then groups of those, until a level takes them.
+    BottomUp(usize),
+    /// At most `top` items at the root, each a group of at most `inner` items per level,
+    /// cut the same way within.
+    TopDown { top: usize, inner: usize },
+}
+
+/// `items` cut into groups of `size` consecutive items (the last may be shorter), each
+/// solved by its own level, cut within into levels of at most `within` items where given
+/// (NOTE \[level-cuts\]). `input`: the units of the boundary before `items`.
+fn cut(
+    items: &[Item],
+    size: usize,
+    within: Option<usize>,
+    scale: Scale,
+    input: usize,
+    solved: &mut Solutions,
+) -> Vec<Item> {
+    let mut input = input;
+    let mut out = Vec::new();
+    for chunk in items.chunks(size) {
+        let inner = match within {
+            Some(inner) => level_items(chunk, (inner, inner), scale, input, solved),
+            None => chunk.to_vec(),
+        };
+        // A group's input is the boundary of the item before it; the first group's is the
+        // chain's input, a leaf whose freeing gains nothing (NOTE [group-owned]).
+        let item = match &inner[..] {
+            [one] => one.clone(),
+            _ => group_item(&inner, scale, input, solved),
+        };
+        input = ((item.boundary / scale.unit) as usize).min(scale.m_max);
+        out.push(item);
+    }
+    out
+}
+
+/// The items of one level over `items`, at most `top`, cut from the top: as many groups as
+/// the level takes, each cut the same way within with at most `inner` items a level (NOTE
+/// \[level-cuts\]). `input`: the units of the boundary before `items`.
+fn level_items(
+    items: &[Item],
+    (top, inner): (usize, usize),
+    scale: Scale,
+    input: usize,
+    solved: &mut Solutions,
+) -> Vec<Item> {
+    if items.len() <= top {
+        return items.to_vec();
+    }
+    let size = items.len().div_ceil(top);
+    cut(items, size, Some(inner), scale, input, solved)
+}
+
+/// Levels solved for groups, by their items' keys and input units.
+type Solutions = HashMap<(Vec<u64>, usize), Arc<Level>>;
+
+/// One item for the consecutive `chunk`, solved by its own level (shared by equal chunks
+/// with inputs of the same units), whose input gains `input_units` where freed.
+fn group_item(chunk: &[Item], scale: Scale, input_units: usize, solved: &mut Solutions) -> Item {
     let keys: Vec<u64> = chunk.iter().map(|item| item.key).collect();
     let key = group_key(&keys);
     let first = chunk[0].first;
     let level = solved
-        .entry(keys)
+        .entry((keys, input_units))
         .or_insert_with(|| {
             let relative = chunk
                 .iter()
@@ -1261,17 +1390,22 @@ fn group_item(chunk: &[Item], scale: Scale, solved: &mut HashMap<Vec<u64>, Arc<L
                     ..item.clone()
                 })
                 .collect();
-            Arc::new(Level::solve(relative, scale))
+            Arc::new(Level::solve(relative, scale, input_units))
         })
         .clone();
     let last = chunk.last().expect("chunks are not empty");
     let width = scale.m_max + 1;
-    let rev: Arc<[f64]> = (0..width)
-        .map(|m| level.rev[level.rev_at(0, level.n() - 1, m, scale)])
-        .collect();
-    let top: Arc<[f64]> = (0..width)
-        .map(|m| level.top[level.top_at(0, m, scale)])
-        .collect();
+    let t = level.n() - 1;
+    let revs = |table: &[f64]| -> Arc<[f64]> {
+        (0..width)
+            .map(|m| table[level.rev_at(0, t, m, scale)])
+            .collect()
+    };
+    let tops = |table: &[f64]| -> Arc<[f64]> {
+        (0..width)
+            .map(|m| table[level.top_at(0, m, scale)])
+            .collect()
+    };
     Item {
         first,
         stages: chunk.iter().map(|item| item.stages).sum(),
@@ -1286,9 +1420,12 @@ fn group_item(chunk: &[Item], scale: Scale, solved: &mut HashMap<Vec<u64>, Arc<L
             .map(|item| item.sweep_later)
             .fold(chunk[0].sweep_first, usize::max),
         sweep_later: chunk.iter().map(|item| item.sweep_later).max().unwrap_or(0),
+        rev: revs(&level.rev),
+        top: tops(&level.top),
+        rev_owned: revs(&level.rev_owned),
+        top_owned: tops(&level.top_owned),
+        top_absent: tops(&level.top_absent),
         kind: Kind::Group(level),
-        rev,
-        top,
     }
 }
 
@@ -1663,10 +1800,12 @@ impl Run {
         // left over): checkpoints then sit every few blocks, and the tables stay small.
         let merge = k.div_ceil(MAX_BLOCKS);
         let (p, k) = (p * merge, k / merge);
+        // A run's tables hold every part's input (pinned): no gain for freeing one.
         let mut solved = HashMap::new();
-        let head = (head_stages > 0).then(|| group_item(&items[..head_stages], scale, &mut solved));
-        let block = group_item(&items[head_stages..head_stages + p], scale, &mut solved);
-        let tail = group_item(&items[head_stages + k * p..], scale, &mut solved);
+        let part = |items: &[Item], solved: &mut Solutions| group_item(items, scale, 0, solved);
+        let head = (head_stages > 0).then(|| part(&items[..head_stages], &mut solved));
+        let block = part(&items[head_stages..head_stages + p], &mut solved);
+        let tail = part(&items[head_stages + k * p..], &mut solved);
         let options = match &block.kind {
             Kind::Group(level) => level
                 .items
