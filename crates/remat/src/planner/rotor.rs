@@ -47,6 +47,14 @@
 //! the upper levels and anywhere inside a group. Groups of the same items share one DP: a
 //! chain of 10,000 equal blocks solves a handful of DPs.
 //!
+//! NOTE [rotor-run-ahead]: in the forward pass, `top(s, m)` may also run `s..s'` keeping
+//! nothing of it, go on with `top(s', m)` without its input (NOTE \[rotor-absent\]'s
+//! table), and step `s..s'` last, rebuilt from the input of `s`: a split whose boundary
+//! nothing after it reads. Random block chains (`random_block_chains_against_the_exact_
+//! optimum`): at the exact optimum in 4,174 of 5,441 cases -> 4,230 of 5,460 (the chain's
+//! plan fits 19 budgets more); the recorded views plan as before. O(n) more work per `top`
+//! entry.
+//!
 //! NOTE [group-owned]: a group's owned and absent forms come from its own level, whose
 //! first item gains the bytes of the group's input where it frees it (the boundary before
 //! the group; nothing for the chain's input, a leaf). Before, a group took its input
@@ -126,6 +134,9 @@ const TAPE: u32 = 1;
 const SPLIT: u32 = 1 << 16;
 /// The skip of a last item whose steps read nothing (NOTE \[rotor-skip\]).
 const SKIP: u32 = SPLIT - 1;
+/// A split of the forward pass at `s'` that keeps no boundary (`SPLIT_ABSENT + s'`; NOTE
+/// \[rotor-run-ahead\]).
+const SPLIT_ABSENT: u32 = 1 << 24;
 /// The tape of inner plan `k` (`TAPE_DROP + k`) whose boundary the next stages do without
 /// (NOTE \[rotor-absent\]).
 const TAPE_DROP: u32 = 1 << 8;
@@ -460,6 +471,20 @@ impl Level {
             let total = right + self.revs(owned)[self.rev_at(s, split - 1, room, scale)];
             if total < best.0 {
                 best = (total, SPLIT + split as u32);
+            }
+        }
+        // NOTE [rotor-run-ahead]: the forward pass runs on keeping nothing of `s..split`,
+        // whose steps come last, from the input of `s`, where the rest does without its
+        // input.
+        for split in s + 1..n {
+            let right = self.top_absent[self.top_at(split, m, scale)];
+            if right == INF {
+                continue;
+            }
+            let room = (m + self.released(split, n - 1, scale)).min(scale.m_max);
+            let total = right + self.revs(owned)[self.rev_at(s, split - 1, room, scale)];
+            if total < best.0 {
+                best = (total, SPLIT_ABSENT + split as u32);
             }
         }
         best
@@ -936,22 +961,25 @@ impl<'a> Rotor<'a> {
                 tasks.push(Task::top(level, base, s + 1, room, hold));
             }
             (split, None) => {
-                let split = (split - SPLIT) as usize;
+                // A split that keeps its boundary, or none (NOTE [rotor-run-ahead]).
+                let (split, kept) = match split.checked_sub(SPLIT_ABSENT) {
+                    Some(split) => (split as usize, false),
+                    None => ((split - SPLIT) as usize, true),
+                };
                 let stages = Self::stage_range(level, base, s, split - 1);
                 let first = self.stages.start[stages.start];
                 let boundary = self.stages.end[stages.end - 1];
                 out.extend((first..=boundary).map(Action::Compute));
-                out.push(Action::Keep(boundary));
                 let n = level.n();
                 let room = (m + level.released(split, n - 1, scale)).min(scale.m_max);
                 tasks.push(Task::rev(level, base, (s, split - 1), room, owned));
-                tasks.push(Task::top(
-                    level,
-                    base,
-                    split,
-                    m - level.items[split - 1].boundary_units,
-                    Hold::Owned,
-                ));
+                if kept {
+                    out.push(Action::Keep(boundary));
+                    let m = m - level.items[split - 1].boundary_units;
+                    tasks.push(Task::top(level, base, split, m, Hold::Owned));
+                } else {
+                    tasks.push(Task::top(level, base, split, m, Hold::Absent));
+                }
             }
         }
     }
