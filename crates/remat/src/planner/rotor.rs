@@ -72,13 +72,16 @@
 //! at most [`TIGHT_CUTS`] boundaries) the chain is now cut three ways and the cheapest
 //! kept: from the stages up in groups of [`GROUP`] and of two thirds of it, and from the
 //! root down (the root takes [`GROUP`] groups, each cut the same way within; on a
-//! repeating chain, whose equal groups share one DP, each root group is one flat level
-//! where it has at most [`FLAT`] stages). Measured against one flat level over the whole
-//! chain (the chain model's optimum): 200 blocks at 1/2/4 slots 1.15/1.18/1.03x ->
+//! repeating chain, whose equal groups share one DP, the root's groups are whole periods
+//! and each is one flat level where it has at most [`FLAT_GROUP`] stages). Measured
+//! against one flat level over the whole chain (the chain model's optimum): 200 blocks at 1/2/4 slots 1.15/1.18/1.03x ->
 //! 1.07/1.05/1.03x; 100 blocks 1.28/1.08/1.02x -> 1.13/1.08/1.02x; 1,000 blocks at one slot
 //! 51.5M -> 4.43M replayed (43 forward passes), two slots 2.30M -> 2.04M. Planning the
 //! levels three ways costs about 2x where it applies; with more room the cuts differed by
-//! under 0.1% on these chains and one is solved.
+//! under 0.1% on these chains and one is solved. Not solved: past 64 x 48 stages a root
+//! group takes two levels again, and one slot above the smallest budget the levels find no
+//! plan (2,000 blocks: the chain's plan replays 500 forward passes, where the portfolio's
+//! executor finds 71 and `plan` keeps that).
 //!
 //! Revolve is the case of single-op stages of equal sizes and costs whose steps read their
 //! input; the tests check that this DP reaches its closed form.
@@ -115,6 +118,11 @@ const UNITS: u64 = 160;
 /// Room for at most this many of the chain's largest boundaries is tight: the chain's
 /// groups are cut three ways (NOTE \[level-cuts\]).
 const TIGHT_CUTS: usize = 8;
+
+/// The most stages of a root group of a repeating chain solved as one flat level (NOTE
+/// \[level-cuts\]): its tables take at most 16 MB at 160 units, and a chain has a few such
+/// groups (the first, the last, the one with its head).
+const FLAT_GROUP: usize = 64;
 
 /// NOTE [run-units]: the most memory units of a run's tables. A unit of the grouped levels
 /// (at most [`UNITS`]) may hold many boundaries of a long chain of small blocks: at 300
@@ -659,20 +667,30 @@ impl<'a> Rotor<'a> {
         };
         // NOTE [level-cuts]: where the chain takes more than one level and the room is
         // tight, its groups are cut three ways and the cheapest levels kept.
-        let repeats = Run::layout(&stages.key).is_some();
+        // A repeating chain's period, in stages (1 for any other).
+        let period = Run::layout(&stages.key).map_or(1, |(_, p, _)| p);
         let tight = scale.within(room) <= TIGHT_CUTS * scale.units(boundary);
         let levels = || {
             let cuts = if stages.len() <= group || !tight {
                 vec![Cut::BottomUp(group)]
             } else {
-                // Equal groups share one DP: a repeating chain affords a flat level for each
-                // of the root's groups where one takes it.
-                let flat_inner = repeats && stages.len().div_ceil(group) <= FLAT;
-                let inner = if flat_inner { FLAT } else { group };
+                // Equal groups share one DP: the root's groups of a repeating chain start at
+                // the same place in its period, and each is one flat level where it has at
+                // most `FLAT_GROUP` stages.
+                let size = stages.len().div_ceil(group).next_multiple_of(period);
+                let inner = if period > 1 && size <= FLAT_GROUP {
+                    FLAT_GROUP
+                } else {
+                    group
+                };
                 vec![
                     Cut::BottomUp(group),
                     Cut::BottomUp((group * 2 / 3).max(2)),
-                    Cut::TopDown { top: group, inner },
+                    Cut::TopDown {
+                        top: group,
+                        inner,
+                        period,
+                    },
                 ]
             };
             cuts.into_iter()
@@ -1335,8 +1353,11 @@ fn build(stages: &Stages, scale: Scale, how: Cut) -> Arc<Level> {
                 items = cut(&items, size, None, scale, 0, &mut solved);
             }
         }
-        Cut::TopDown { top, inner } => {
-            items = level_items(&items, (top, inner), scale, 0, &mut solved);
+        Cut::TopDown { top, inner, period } => {
+            let size = items.len().div_ceil(top).next_multiple_of(period);
+            if items.len() > top {
+                items = cut(&items, size, Some(inner), scale, 0, &mut solved);
+            }
         }
     }
     Arc::new(Level::solve(items, scale, 0))
@@ -1347,9 +1368,13 @@ fn build(stages: &Stages, scale: Scale, how: Cut) -> Arc<Level> {
 enum Cut {
     /// Groups of at most this many stages, then groups of those, until a level takes them.
     BottomUp(usize),
-    /// At most `top` items at the root, each a group of at most `inner` items per level,
-    /// cut the same way within.
-    TopDown { top: usize, inner: usize },
+    /// At most `top` items at the root, each a group of a whole number of `period`s of
+    /// stages, cut the same way within with at most `inner` items per level.
+    TopDown {
+        top: usize,
+        inner: usize,
+        period: usize,
+    },
 }
 
 /// `items` cut into groups of `size` consecutive items (the last may be shorter), each
