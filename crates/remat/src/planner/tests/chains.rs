@@ -365,6 +365,20 @@ fn random_block_chains_against_the_exact_optimum() {
                 crate::planner::exact::optimum(&view, budget).expect("above the smallest");
             let planned = simulate(&view, &plan(&view, budget).unwrap(), budget).unwrap();
             assert!(planned.recompute_cost <= optimum + 1e-9, "{view}");
+            // The DP's schedule, where it has one, costs what the DP says.
+            let stages = Stages::of(&view).unwrap();
+            if let Some(rotor) = Rotor::new(&view, &stages, budget)
+                && let Some(schedule) = rotor.schedule()
+            {
+                let outcome = simulate(&view, &schedule, budget)
+                    .unwrap_or_else(|e| panic!("{e} at {budget}:\n{view}"));
+                let planned = rotor.cost();
+                assert!(
+                    (outcome.recompute_cost - planned).abs() <= 1e-9 * planned.max(1.0),
+                    "{} against the DP's {planned} at {budget}:\n{view}",
+                    outcome.recompute_cost
+                );
+            }
             let Some(chain) = chain_plan(&view, budget) else {
                 continue;
             };
@@ -465,6 +479,11 @@ fn a_chain_of_two_levels_plans_within_10_percent_of_one_level() {
         let budget = smallest + slots * 8;
         let schedule = chain_plan(&view, budget).unwrap();
         let chain = simulate(&view, &schedule, budget).unwrap().recompute_cost;
+        let planned = Rotor::new(&view, &stages, budget).unwrap().cost();
+        assert!(
+            (chain - planned).abs() <= 1e-9 * planned,
+            "{chain} against {planned}"
+        );
         let flat = Rotor::with_group(&view, &stages, budget, usize::MAX, false).unwrap();
         eprintln!("{slots} slots: chain {chain}, one level {}", flat.cost());
         assert!(
@@ -483,11 +502,18 @@ fn a_chain_of_two_levels_plans_within_10_percent_of_one_level() {
 #[test]
 fn a_chain_of_three_levels_keeps_checkpoints_at_its_root() {
     let view = mlp_chain(1000);
+    let stages = Stages::of(&view).unwrap();
     let smallest = smallest_budget(&view);
     for (slots, passes) in [(1u64, 45.0), (2, 20.5)] {
         let budget = smallest + slots * 8;
         let schedule = chain_plan(&view, budget).unwrap();
         let cost = simulate(&view, &schedule, budget).unwrap().recompute_cost;
+        // The schedule costs what the DP says (owned groups, cuts from the root down).
+        let planned = Rotor::new(&view, &stages, budget).unwrap().cost();
+        assert!(
+            (cost - planned).abs() <= 1e-9 * planned,
+            "{cost} against {planned}"
+        );
         let measured = cost / view.forward_cost();
         eprintln!("{slots} slots: {measured:.2} forward passes");
         assert!(
