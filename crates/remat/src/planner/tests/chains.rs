@@ -514,6 +514,10 @@ fn a_chain_of_three_levels_keeps_checkpoints_at_its_root() {
             (cost - planned).abs() <= 1e-9 * planned,
             "{cost} against {planned}"
         );
+        // The engine's first step resumes from its forward pass by the DP's lean tables.
+        let lean = Rotor::for_resume(&view, &stages, budget).unwrap();
+        let lean = lean.lean_schedule().expect("the lean form fits");
+        simulate(&view, &lean, budget).expect("the lean schedule is valid");
         let measured = cost / view.forward_cost();
         eprintln!("{slots} slots: {measured:.2} forward passes");
         assert!(
