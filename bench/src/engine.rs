@@ -182,6 +182,8 @@ pub struct Sample {
     pub remat_peak: Option<u64>,
     /// remat replays during the step.
     pub replays: Option<u64>,
+    /// Their time (`remat::stats().replay_ns`).
+    pub replay_ns: Option<u64>,
     /// Of the weight gradients.
     pub fingerprint: Fingerprint,
     /// With `trace`.
@@ -303,6 +305,7 @@ fn step<B: AutodiffBackend>(
     let is_remat = engine.engine() == "remat";
     let after = remat::stats();
     let replays = is_remat.then_some(after.replays);
+    let replay_ns = is_remat.then_some(after.replay_ns);
     let remat_peak = is_remat.then_some(after.peak_bytes);
     let offset = start.duration_since(prestart).as_nanos() as i64;
     let trace = sampler.map(|sampler| {
@@ -335,6 +338,7 @@ fn step<B: AutodiffBackend>(
         remat_kept: is_remat.then_some(remat_kept),
         remat_peak,
         replays,
+        replay_ns,
         fingerprint,
         trace,
     }

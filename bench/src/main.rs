@@ -541,6 +541,13 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
             remat_peak_bytes: samples.iter().filter_map(|s| s.remat_peak).max(),
             budget_bytes: *budget_bytes,
             replays: last.replays,
+            replay_ms: {
+                let mut ms: Vec<f64> = samples
+                    .iter()
+                    .filter_map(|s| s.replay_ns.map(|ns| ns as f64 / 1e6))
+                    .collect();
+                (!ms.is_empty()).then(|| median(&mut ms))
+            },
             fingerprint: last.fingerprint.clone(),
             deterministic: samples
                 .iter()

@@ -173,6 +173,9 @@ pub struct EngineRun {
     pub budget_bytes: Option<u64>,
     /// remat replays in one step.
     pub replays: Option<u64>,
+    /// Their measured time in one step, ms (`remat::stats().replay_ns`, median over steps).
+    #[serde(default)]
+    pub replay_ms: Option<f64>,
     /// Of the weight gradients (last step).
     pub fingerprint: Fingerprint,
     /// Every step gave the same gradient bits.
@@ -1058,6 +1061,8 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          step's forward), interpolated linearly between the ladder's rows around the point's budget, \
          as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table. \
          Planned: the planner's plan at the exact budget that ran, as 1 + its replay time / SaveAll's median step, on the view of a step taken after the timed rounds, whose op times are the ones the engine planned with (a replay weighed by its own measured time once its kind's replays were timed; NOTE [warm-floors] in `bench/src/main.rs`); chain optimum and no schedule below use the same view. \
+         Replays measured: 1 + the replays' own measured time in a step (`remat::stats().replay_ns`, median over the rounds) / SaveAll's median step: \
+         against planned, whether replays run at the times the planner weighs them with; against time / SaveAll, whether the rest of a budgeted step runs at SaveAll's time. \
          Chain optimum: the same for the plan of the view's chain of stages alone (`remat::planner::chain_plan`: Rotor's \
          dynamic program, the optimum among schedules that keep stage boundaries or a stage's reads; the planner keeps \
          the cheaper of it and its other schedules, so planned is never above it). \
@@ -1115,11 +1120,11 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, ".\n");
         let _ = writeln!(
             s,
-            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | chain optimum / SaveAll | no schedule below | planning ms |"
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | replays measured / SaveAll | chain optimum / SaveAll | no schedule below | planning ms |"
         );
         let _ = writeln!(
             s,
-            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for point in &budget.points {
             let e = budget_engine(run, point);
@@ -1157,7 +1162,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 point.target,
                 e.map_or("-".into(), |e| format!("{:.1}", e.median_ms)),
                 mib_text(e.and_then(|e| e.remat_peak_bytes)),
@@ -1175,6 +1180,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
                     predicted_ratio(r, all.median_ms)
                 )),
                 exact(point.planned_ns),
+                exact(e.and_then(|e| e.replay_ms).map(|ms| ms * 1e6)),
                 exact(point.chain_ns),
                 floor_of(run, point).map_or("-".into(), |f| format!("{f:.3}")),
                 point.plan_ms.map_or("-".into(), |ms| format!("{ms:.1}")),

@@ -661,3 +661,22 @@ fn a_backward_on_another_thread_stays_within_the_budget() {
         );
     }
 }
+
+/// `stats().replay_ns` adds up the time the step's replays ran: none without replays, some
+/// with them, and `reset_stats` clears it with the count.
+#[test]
+fn the_replays_time_is_counted_with_them() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let x = leaf(LEN);
+    remat::reset_stats();
+    remat::with_policy(Policy::SaveAll, || gradient(&x, sin_exp(&x, 30)));
+    let s = remat::stats();
+    assert_eq!((s.replays, s.replay_ns), (0, 0), "SaveAll replays nothing");
+    remat::with_policy(Policy::Budget(5 * VALUE), || gradient(&x, sin_exp(&x, 30)));
+    let s = remat::stats();
+    assert!(s.replays > 0, "a budget of five values replays");
+    assert!(s.replay_ns > 0, "{} replays in no time", s.replays);
+    remat::reset_stats();
+    let s = remat::stats();
+    assert_eq!((s.replays, s.replay_ns), (0, 0), "reset");
+}

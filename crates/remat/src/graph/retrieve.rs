@@ -252,7 +252,7 @@ pub(crate) fn replay_then<B: Backend>(
     }
     let ns = start.elapsed().as_nanos() as f64;
     signature.check::<B>(&value, node.name);
-    stats::on_replay(node.name);
+    stats::on_replay(node.name, ns as u64);
     before_store();
     let mut state = node.lock();
     state.op = Some(op);

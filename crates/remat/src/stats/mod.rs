@@ -177,6 +177,11 @@ pub struct Stats {
     pub replays: u64,
     /// Replays since the last [`reset_stats`], by op name.
     pub replays_by_op: BTreeMap<&'static str, u64>,
+    /// Wall time spent running those replays, in ns: each replay's op timed on the
+    /// replaying thread's clock (on an asynchronous backend, the time to enqueue it, except
+    /// for the replays timed between two syncs to learn their cost). What a budget's
+    /// recompute cost measured, beside the planner's estimate of it.
+    pub replay_ns: u64,
     /// The [`Policy::Budget`](crate::Policy::Budget) of the training step recorded or run
     /// last under a budget; `None` before any. Within such a step, on one thread,
     /// `peak_bytes` (after a [`reset_stats`]) never passes it.
@@ -205,6 +210,7 @@ pub fn stats() -> Stats {
         bytes_by_reason,
         replays: COUNTERS.replays.load(Ordering::Relaxed),
         replays_by_op: replays_by_op(),
+        replay_ns: COUNTERS.replay_ns.load(Ordering::Relaxed),
         budget: crate::checkpoint::budget::last_budget(),
     }
 }
@@ -215,6 +221,7 @@ pub fn stats() -> Stats {
 pub fn reset_stats() {
     COUNTERS.peak.store(activation_bytes(), Ordering::Relaxed);
     COUNTERS.replays.store(0, Ordering::Relaxed);
+    COUNTERS.replay_ns.store(0, Ordering::Relaxed);
     let mut registry = registry();
     registry.retired_replays.clear();
     for shard in &registry.shards {
@@ -305,13 +312,13 @@ mod tests {
                 KeepReason::Saved,
                 "warm-up",
             ));
-            on_replay("warm-up");
+            on_replay("warm-up", 1);
             let before = global_locks();
             let tickets: Vec<Ticket> = (0..100)
                 .map(|_| Ticket::keep::<burn_flex::Flex>(&value, KeepReason::Saved, "hot"))
                 .collect();
             for _ in 0..100 {
-                on_replay("hot");
+                on_replay("hot", 1);
             }
             drop(tickets);
             assert_eq!(

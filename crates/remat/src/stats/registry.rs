@@ -48,6 +48,7 @@ pub(super) struct Counters {
     pub(super) count: [AtomicU64; 4],
     pub(super) peak: AtomicU64,
     pub(super) replays: AtomicU64,
+    pub(super) replay_ns: AtomicU64,
 }
 
 pub(super) static COUNTERS: Counters = Counters {
@@ -55,6 +56,7 @@ pub(super) static COUNTERS: Counters = Counters {
     count: [const { AtomicU64::new(0) }; 4],
     peak: AtomicU64::new(0),
     replays: AtomicU64::new(0),
+    replay_ns: AtomicU64::new(0),
 };
 
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
@@ -245,8 +247,9 @@ pub(crate) fn on_release(reason: KeepReason, bytes: u64) {
 }
 
 /// Records one replay of op `name` (a rematerialization in backward).
-pub(crate) fn on_replay(name: &'static str) {
+pub(crate) fn on_replay(name: &'static str, ns: u64) {
     COUNTERS.replays.fetch_add(1, Ordering::Relaxed);
+    COUNTERS.replay_ns.fetch_add(ns, Ordering::Relaxed);
     with_shard(|shard| *shard.replays().entry(name).or_insert(0) += 1);
 }
 
