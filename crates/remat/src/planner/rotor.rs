@@ -674,23 +674,10 @@ impl<'a> Rotor<'a> {
             let cuts = if stages.len() <= group || !tight {
                 vec![Cut::BottomUp(group)]
             } else {
-                // Equal groups share one DP: the root's groups of a repeating chain start at
-                // the same place in its period, and each is one flat level where it has at
-                // most `FLAT_GROUP` stages.
-                let size = stages.len().div_ceil(group).next_multiple_of(period);
-                let inner = if period > 1 && size <= FLAT_GROUP {
-                    FLAT_GROUP
-                } else {
-                    group
-                };
                 vec![
                     Cut::BottomUp(group),
                     Cut::BottomUp((group * 2 / 3).max(2)),
-                    Cut::TopDown {
-                        top: group,
-                        inner,
-                        period,
-                    },
+                    Cut::TopDown { top: group, period },
                 ]
             };
             cuts.into_iter()
@@ -1353,8 +1340,16 @@ fn build(stages: &Stages, scale: Scale, how: Cut) -> Arc<Level> {
                 items = cut(&items, size, None, scale, 0, &mut solved);
             }
         }
-        Cut::TopDown { top, inner, period } => {
+        Cut::TopDown { top, period } => {
+            // Equal groups share one DP: the root's groups of a repeating chain start at the
+            // same place in its period, and each is one flat level where it has at most
+            // `FLAT_GROUP` stages.
             let size = items.len().div_ceil(top).next_multiple_of(period);
+            let inner = if period > 1 && size <= FLAT_GROUP {
+                FLAT_GROUP
+            } else {
+                top
+            };
             if items.len() > top {
                 items = cut(&items, size, Some(inner), scale, 0, &mut solved);
             }
@@ -1369,12 +1364,9 @@ enum Cut {
     /// Groups of at most this many stages, then groups of those, until a level takes them.
     BottomUp(usize),
     /// At most `top` items at the root, each a group of a whole number of `period`s of
-    /// stages, cut the same way within with at most `inner` items per level.
-    TopDown {
-        top: usize,
-        inner: usize,
-        period: usize,
-    },
+    /// stages (one flat level on a repeating chain where it is short enough), else cut the
+    /// same way within.
+    TopDown { top: usize, period: usize },
 }
 
 /// `items` cut into groups of `size` consecutive items (the last may be shorter), each
@@ -1392,7 +1384,7 @@ fn cut(
     let mut out = Vec::new();
     for chunk in items.chunks(size) {
         let inner = match within {
-            Some(inner) => level_items(chunk, (inner, inner), scale, input, solved),
+            Some(inner) => level_items(chunk, inner, scale, input, solved),
             None => chunk.to_vec(),
         };
         // A group's input is the boundary of the item before it; the first group's is the
@@ -1407,21 +1399,21 @@ fn cut(
     out
 }
 
-/// The items of one level over `items`, at most `top`, cut from the top: as many groups as
-/// the level takes, each cut the same way within with at most `inner` items a level (NOTE
-/// \[level-cuts\]). `input`: the units of the boundary before `items`.
+/// The items of one level over `items`, at most `group`, cut from the top: as many groups
+/// as the level takes, each cut the same way within (NOTE \[level-cuts\]). `input`: the
+/// units of the boundary before `items`.
 fn level_items(
     items: &[Item],
-    (top, inner): (usize, usize),
+    group: usize,
     scale: Scale,
     input: usize,
     solved: &mut Solutions,
 ) -> Vec<Item> {
-    if items.len() <= top {
+    if items.len() <= group {
         return items.to_vec();
     }
-    let size = items.len().div_ceil(top);
-    cut(items, size, Some(inner), scale, input, solved)
+    let size = items.len().div_ceil(group);
+    cut(items, size, Some(group), scale, input, solved)
 }
 
 /// Levels solved for groups, by their items' keys and input units.

@@ -463,6 +463,19 @@ fn a_long_chain_of_stages_that_free_their_inputs_plans_near_one_level() {
     }
 }
 
+/// The simulated recompute of the chain's plan under `budget`, checked to be what the DP
+/// says it costs.
+fn chain_cost(view: &GraphView, stages: &Stages, budget: u64) -> f64 {
+    let schedule = chain_plan(view, budget).unwrap();
+    let cost = simulate(view, &schedule, budget).unwrap().recompute_cost;
+    let planned = Rotor::new(view, stages, budget).unwrap().cost();
+    assert!(
+        (cost - planned).abs() <= 1e-9 * planned,
+        "{cost} against the DP's {planned} at {budget}"
+    );
+    cost
+}
+
 /// NOTE [level-cuts]: at tight budgets the levels are cut from the stages up and from the
 /// root down. 100 blocks (300 stages) from two slots above the smallest budget plan within
 /// 10% of one flat level over the whole chain (1.08x, 1.02x, 1.02x measured; one slot
@@ -477,13 +490,7 @@ fn a_chain_of_two_levels_plans_within_10_percent_of_one_level() {
     let smallest = smallest_budget(&view);
     for slots in [2u64, 3, 4] {
         let budget = smallest + slots * 8;
-        let schedule = chain_plan(&view, budget).unwrap();
-        let chain = simulate(&view, &schedule, budget).unwrap().recompute_cost;
-        let planned = Rotor::new(&view, &stages, budget).unwrap().cost();
-        assert!(
-            (chain - planned).abs() <= 1e-9 * planned,
-            "{chain} against {planned}"
-        );
+        let chain = chain_cost(&view, &stages, budget);
         let flat = Rotor::with_group(&view, &stages, budget, usize::MAX, false).unwrap();
         eprintln!("{slots} slots: chain {chain}, one level {}", flat.cost());
         assert!(
@@ -506,14 +513,8 @@ fn a_chain_of_three_levels_keeps_checkpoints_at_its_root() {
     let smallest = smallest_budget(&view);
     for (slots, passes) in [(1u64, 45.0), (2, 20.5)] {
         let budget = smallest + slots * 8;
-        let schedule = chain_plan(&view, budget).unwrap();
-        let cost = simulate(&view, &schedule, budget).unwrap().recompute_cost;
         // The schedule costs what the DP says (owned groups, cuts from the root down).
-        let planned = Rotor::new(&view, &stages, budget).unwrap().cost();
-        assert!(
-            (cost - planned).abs() <= 1e-9 * planned,
-            "{cost} against {planned}"
-        );
+        let cost = chain_cost(&view, &stages, budget);
         // The engine's first step resumes from its forward pass by the DP's lean tables.
         let lean = Rotor::for_resume(&view, &stages, budget).unwrap();
         let lean = lean.lean_schedule().expect("the lean form fits");
