@@ -128,7 +128,7 @@ const FLAT_GROUP: usize = 64;
 /// (at most [`UNITS`]) may hold many boundaries of a long chain of small blocks: at 300
 /// slots of a 10,000-stage chain a unit held four, so the DP saw 75 checkpoints where 300
 /// fit, and replayed up to a forward pass more than Revolve. A run's tables have
-/// `(blocks + 1) (units + 1)` entries each (blocks at most [`MAX_BLOCKS`]), O(log blocks)
+/// `(blocks + 1) (units + 1)` entries each (at most [`RUN_ENTRIES`]), O(log blocks)
 /// work per entry, so it can afford boundary-sized units up to this many; beyond it a unit
 /// holds a few boundaries of a chain whose every checkpoint fits anyway.
 const RUN_UNITS: u64 = 1024;
@@ -652,12 +652,7 @@ impl<'a> Rotor<'a> {
         // A run (NOTE [rotor-run]) solves one table of (blocks x units) entries: it affords
         // the finer scale its checkpoints need on a long chain (NOTE [run-units]).
         // The items at the fine scale only where a run is (the layout reads keys alone).
-        let run = (stages.len() > group && Run::layout(&stages.key).is_some())
-            .then(|| {
-                let fine = Scale::new(room, boundary, RUN_UNITS);
-                Run::find(&stage_items(stages, fine), fine, lean).map(|run| (run, fine))
-            })
-            .flatten();
+        let layout = Run::layout(&stages.key);
         let make = |solved: Solved, scale: Scale| Self {
             view,
             stages,
@@ -665,10 +660,30 @@ impl<'a> Rotor<'a> {
             room: scale.within(room),
             solved,
         };
+        // The run, its blocks merged to fit its tables at `RUN_UNITS` units, and unmerged
+        // at fewer units where that fits too (NOTE [run-merge]): the cheaper kept.
+        let run = layout
+            .filter(|_| stages.len() > group)
+            .and_then(|(_, _, blocks)| {
+                let merged = Scale::new(room, boundary, RUN_UNITS);
+                let mut tries = vec![(merged, blocks.div_ceil(MAX_BLOCKS))];
+                if tries[0].1 > 1
+                    && let Some(units) = unmerged_units(blocks, room, boundary)
+                {
+                    tries.push((Scale::new(room, boundary, units), 1));
+                }
+                tries
+                    .into_iter()
+                    .filter_map(|(fine, merge)| {
+                        let run = Run::find(&stage_items(stages, fine), fine, merge, lean)?;
+                        Some(make(Solved::Run(Box::new(run)), fine))
+                    })
+                    .min_by(|a, b| a.root(lean).1.total_cmp(&b.root(lean).1))
+            });
         // NOTE [level-cuts]: where the chain takes more than one level and the room is
         // tight, its groups are cut three ways and the cheapest levels kept.
         // A repeating chain's period, in stages (1 for any other).
-        let period = Run::layout(&stages.key).map_or(1, |(_, p, _)| p);
+        let period = layout.map_or(1, |(_, p, _)| p);
         let tight = scale.within(room) <= TIGHT_CUTS * scale.units(boundary);
         let levels = || {
             let cuts = if stages.len() <= group || !tight {
@@ -685,10 +700,9 @@ impl<'a> Rotor<'a> {
                 .min_by(|a, b| a.root(lean).1.total_cmp(&b.root(lean).1))
                 .expect("at least one cut")
         };
-        let Some((run, fine)) = run else {
+        let Some(run) = run else {
             return Some(levels());
         };
-        let run = make(Solved::Run(Box::new(run)), fine);
         // NOTE [run-or-levels]: a run's tables weigh whole blocks and keep every block's
         // input held; the levels free what no later step reads (NOTE [rotor-owned]) inside
         // each group. Where a stage may free its input, both are solved and the cheaper kept:
@@ -1738,8 +1752,37 @@ const T_H: usize = 3;
 const T_HT: usize = 4;
 const T_TH: usize = 5;
 
-/// The most blocks a run's tables span (NOTE \[rotor-run\]): longer runs merge blocks.
+/// The most blocks of a run's tables at [`RUN_UNITS`] units (NOTE \[run-merge\]).
 const MAX_BLOCKS: usize = 1024;
+
+/// The most entries of a run's table (NOTE \[run-merge\]): longer runs merge blocks.
+const RUN_ENTRIES: usize = MAX_BLOCKS * (RUN_UNITS as usize + 1);
+
+/// NOTE [run-merge]: a run of `k` blocks has tables of `(k + 1) (m + 1)` entries at `m`
+/// units. At [`RUN_UNITS`] units a run of more than [`MAX_BLOCKS`] blocks merges equal
+/// blocks into one item, and its checkpoints sit every few blocks. At a room of a few
+/// boundaries the backward of a merged item is a small Revolve of its own and the run over
+/// the merged items is quadratic in their number: 10,000 power-iteration blocks one slot
+/// above the smallest budget, merged by 10, replayed 503 forward passes. The units a run
+/// needs grow with the boundaries its room holds, not with its length: where the tables
+/// afford [`RUN_PER_BOUNDARY`] units a boundary unmerged, the run is solved unmerged at
+/// those units too and the cheaper kept. Power iteration, 10,000 blocks at 1/2/3 slots:
+/// 503 -> 92.5, 31.8 -> 27.1, 15.0 forward passes (from 4 slots merging wins: unchanged);
+/// 2,000 blocks at 1/2/4/8 slots 170.8 -> 40.4, 20.9 -> 14.9, 7.29 -> 6.71, 3.91 -> 3.69,
+/// and planning at one slot 17.4 -> 2.2 s. Merging is not only a matter of size: the
+/// merged item's own levels free inputs inside it (NOTE \[rotor-owned\]), where the run's
+/// tables pin every block's input. On a chain of (matmul, add, GELU) blocks the merged
+/// run is the cheaper (4,000 blocks at 4 slots: 9.69 forward passes, unmerged 10.17), so
+/// both are solved rather than one rule chosen. Planning 10,000 blocks: 0.54-0.76 s.
+const RUN_PER_BOUNDARY: u64 = 16;
+
+/// The units of an unmerged run of `blocks` blocks (NOTE \[run-merge\]): the most its
+/// tables afford, if that is at least [`RUN_PER_BOUNDARY`] for each boundary the room holds.
+fn unmerged_units(blocks: usize, room: u64, boundary: u64) -> Option<u64> {
+    let affordable = (RUN_ENTRIES / (blocks + 1)).saturating_sub(1) as u64;
+    let needed = (room / boundary.max(1) + 1).saturating_mul(RUN_PER_BOUNDARY);
+    (affordable >= needed).then_some(affordable.min(RUN_UNITS))
+}
 
 /// A choice of a run's table: the base case, or a split after the head and `j` blocks
 /// (`SPLIT + j`).
@@ -1838,12 +1881,11 @@ impl Run {
     /// The run in `items` (single stages), if the chain repeats: a head of at most 8
     /// stages, at least 8 equal blocks of at most 8 stages, and a tail of at least one
     /// stage and at most 16.
-    fn find(items: &[Item], scale: Scale, lean: bool) -> Option<Self> {
+    fn find(items: &[Item], scale: Scale, merge: usize, lean: bool) -> Option<Self> {
         let keys: Vec<u64> = items.iter().map(|item| item.key).collect();
         let (head_stages, p, k) = Self::layout(&keys)?;
-        // Merge equal blocks so that at most `MAX_BLOCKS` remain (the tail takes what is
-        // left over): checkpoints then sit every few blocks, and the tables stay small.
-        let merge = k.div_ceil(MAX_BLOCKS);
+        // `merge` equal blocks make one (the tail takes what is left over): checkpoints
+        // then sit every few blocks, and the tables stay small (NOTE [run-merge]).
         let (p, k) = (p * merge, k / merge);
         // A run's tables hold every part's input (pinned): no gain for freeing one.
         let mut solved = HashMap::new();
