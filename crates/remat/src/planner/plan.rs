@@ -7,7 +7,8 @@
 //!   value with the lowest rebuild cost per byte and per unit of time until its next read,
 //!   with the distance weighted by several exponents), and DTR's own score;
 //! - views of up to 20,000 ops get one more run, whose forward pass keeps what the lower
-//!   bound's relaxation holds (NOTE [bound-guided]);
+//!   bound's relaxation holds (NOTE [bound-guided]), unless the chain's plan stopped the
+//!   portfolio (NOTE [chain-abandons]);
 //! - the lean schedule (NOTE [lean-schedule]) is the fallback that fits any budget at or
 //!   above [`min_feasible_budget`](super::min_feasible_budget).
 //!
@@ -27,10 +28,15 @@ use super::{
 };
 
 /// Past this many ops, a view with stages plans its chain first (NOTE \[rotor\]): the
-/// portfolio's runs there are then abandoned once they cost more. The portfolio still
-/// runs: on a long chain of small blocks the DP's memory units are coarse (a unit may hold
-/// many boundary values), and near keep-all the executor's plan is the better one.
-const CHAIN_FIRST_OPS: usize = 20_000;
+/// portfolio's runs there are then abandoned once they cost more, and the portfolio stops
+/// at the first that does not beat the chain's plan (NOTE \[chain-abandons\]). The
+/// portfolio still runs: on a long chain of small blocks the DP's memory units are coarse
+/// (a unit may hold many boundary values), near keep-all the executor's plan is the better
+/// one, and where the chain's levels find no plan (2,000 blocks of (matmul, add, GELU) one
+/// slot above the smallest budget) the executor's first run replays 71 forward passes
+/// where the lean chain schedule replays 500. It was 20,000 before the second paragraph of
+/// NOTE \[chain-abandons\].
+const CHAIN_FIRST_OPS: usize = 5_000;
 
 // NOTE [chain-second]: on a chain of stages at a tight budget, every executor run replays
 // as much as the chain's plan (quadratically in the chain's length near the smallest
@@ -54,6 +60,17 @@ const CHAIN_FIRST_OPS: usize = 20_000;
 // 1,000 blocks 29 -> 15.5 s and 4.1 -> 1.6 s; the same plans. With two, the benchmark's
 // residual MLP (a recorded view of 1,000 ops) planned 0.3% more recompute at 30% and 20%
 // of its bytes; with three, it and the other recorded views plan exactly as before.
+//
+// A run that fits no plan at all (the executor's runs on a long power iteration, from 2
+// to 30 slots above its smallest budget) did not beat the chain's plan either, yet it
+// reset the count: 3,900 blocks (19,501 ops) ran all eight runs and the bound-guided one
+// behind the chain's plan, 1.2-2.5 s at 1 to 100 slots. It counts as abandoned now, and
+// past `CHAIN_FIRST_OPS` ops (5,000, from 20,000) the chain's plan goes first and one
+// run that does not beat it stops the portfolio, the bound-guided run included: 3,900
+// blocks 0.35-0.53 s, 2,000 blocks 0.39-0.71 s (0.52-2.1 s), 1,000 blocks 0.31-0.46 s
+// (0.41-0.93 s), the same plans; chains of (matmul, add, GELU) blocks from 1,700 to 6,000
+// blocks at 1 to 8 slots plan the same (the executor's wins at one and two slots are its
+// first run's), and the recorded views (at most 5,000 ops) are untouched.
 
 /// Abandoned portfolio runs in a row, behind the chain's plan, after which the portfolio
 /// stops (NOTE [chain-abandons]).
@@ -260,6 +277,12 @@ pub(crate) fn plan_with(
         // NOTE [chain-abandons]: runs since the chain's plan became the best, all abandoned.
         let mut chain_best = large && best.cost().is_some();
         let mut abandoned = 0;
+        let abandons = if view.len() > CHAIN_FIRST_OPS {
+            1
+        } else {
+            CHAIN_ABANDONS
+        };
+        let mut stopped = false;
         'portfolio: for (free_release, keep_sources, late_keep) in variants {
             let hints = Hints {
                 free_release,
@@ -268,12 +291,15 @@ pub(crate) fn plan_with(
                 ..Hints::default()
             };
             for strategy in strategies.clone() {
-                if chain_best && tier.search_runs == 0 && abandoned >= CHAIN_ABANDONS {
+                if chain_best && tier.search_runs == 0 && abandoned >= abandons {
+                    stopped = true;
                     break 'portfolio;
                 }
                 let before = best.cost();
                 match portfolio_run(&mut best, &analysis, &tier, strategy, &hints, &mut starts) {
-                    Ran::Abandoned => abandoned += 1,
+                    // A run that fits nothing did not beat the chain's plan either
+                    // (NOTE [chain-abandons]).
+                    Ran::Abandoned | Ran::Failed => abandoned += 1,
                     Ran::Done if best.cost() != before => {
                         chain_best = false;
                         abandoned = 0;
@@ -306,7 +332,7 @@ pub(crate) fn plan_with(
         // transformer at 50% of its bytes 1.16x -> 1.05x. It costs up to 18 flows on the
         // bound's network (under a tenth of a second at 5000 ops); past 20,000 ops it is
         // left out.
-        let guide = if tier.guided && best.cost() != Some(0.0) {
+        let guide = if tier.guided && !stopped && best.cost() != Some(0.0) {
             let (keep, work) = bound::held_at_forward_end(view, budget);
             best.work.units += work;
             keep
@@ -454,7 +480,7 @@ fn portfolio_run(
             best.work.units += units;
             Ran::Abandoned
         }
-        Err(_) => Ran::Done,
+        Err(_) => Ran::Failed,
     }
 }
 
@@ -464,6 +490,8 @@ enum Ran {
     Done,
     /// It cost more than the best schedule before it finished.
     Abandoned,
+    /// It found no schedule within the budget.
+    Failed,
 }
 
 /// How much the planner tries, by graph size: small graphs get the whole portfolio and a
