@@ -78,10 +78,18 @@
 //! 1.07/1.05/1.03x; 100 blocks 1.28/1.08/1.02x -> 1.13/1.08/1.02x; 1,000 blocks at one slot
 //! 51.5M -> 4.43M replayed (43 forward passes), two slots 2.30M -> 2.04M. Planning the
 //! levels three ways costs about 2x where it applies; with more room the cuts differed by
-//! under 0.1% on these chains and one is solved. Not solved: past 64 x 48 stages a root
-//! group takes two levels again, and one slot above the smallest budget the levels find no
-//! plan (2,000 blocks: the chain's plan replays 500 forward passes, where the portfolio's
-//! executor finds 71 and `plan` keeps that).
+//! under 0.1% on these chains and one is solved. On a repeating chain the root takes more
+//! than [`GROUP`] items (at most [`FLAT`]) where that keeps its groups flat, and a root of
+//! [`FLAT`] items is a fourth cut: one slot above the smallest budget, where a group of two
+//! levels finds no plan, 2,000 blocks 500 -> 67.4 forward passes (the executor's best 71.1)
+//! and 4,000 blocks 500 -> 92.5 (101.4); at two slots the finer root places the root's
+//! checkpoints better, 1,000 blocks 19.8 -> 15.6 (17.2), 1,700 blocks 23.4 -> 20.6 (21.0).
+//! The price is planner memory while it plans: a root of [`FLAT`] items holds `2 FLAT^2
+//! (m + 1)` entries (63 MB at 160 units, 32 MB at 80), as a run's six tables do (75 MB).
+//! Past [`FLAT`] root groups of [`FLAT`] stages (5,461 blocks of three stages) a root group
+//! takes two levels again and one slot above the smallest budget the levels find no plan
+//! (6,000 blocks: the lean chain schedule 504 forward passes, the executor's 124.7, which
+//! `plan` keeps).
 //!
 //! Revolve is the case of single-op stages of equal sizes and costs whose steps read their
 //! input; the tests check that this DP reaches its closed form.
@@ -689,11 +697,31 @@ impl<'a> Rotor<'a> {
             let cuts = if stages.len() <= group || !tight {
                 vec![Cut::BottomUp(group)]
             } else {
-                vec![
+                // From the root down: `group` root items, or more where that makes a
+                // repeating chain's root groups flat, and `FLAT` root items.
+                let flat = FLAT_GROUP / period * period;
+                let top = |top: usize| {
+                    if period > 1 && flat > 0 {
+                        top.max(stages.len().div_ceil(flat)).min(FLAT)
+                    } else {
+                        top
+                    }
+                };
+                let mut cuts = vec![
                     Cut::BottomUp(group),
                     Cut::BottomUp((group * 2 / 3).max(2)),
-                    Cut::TopDown { top: group, period },
-                ]
+                    Cut::TopDown {
+                        top: top(group),
+                        period,
+                    },
+                ];
+                if top(FLAT) != top(group) {
+                    cuts.push(Cut::TopDown {
+                        top: top(FLAT),
+                        period,
+                    });
+                }
+                cuts
             };
             cuts.into_iter()
                 .map(|cut| make(Solved::Levels(build(stages, scale, cut)), scale))
