@@ -670,24 +670,24 @@ impl<'a> Rotor<'a> {
         };
         // The run, its blocks merged to fit its tables at `RUN_UNITS` units, and unmerged
         // at fewer units where that fits too (NOTE [run-merge]): the cheaper kept.
-        let run = layout
-            .filter(|_| stages.len() > group)
-            .and_then(|(_, _, blocks)| {
-                let merged = Scale::new(room, boundary, RUN_UNITS);
-                let mut tries = vec![(merged, blocks.div_ceil(MAX_BLOCKS))];
-                if tries[0].1 > 1
-                    && let Some(units) = unmerged_units(blocks, room, boundary)
-                {
-                    tries.push((Scale::new(room, boundary, units), 1));
-                }
-                tries
-                    .into_iter()
-                    .filter_map(|(fine, merge)| {
-                        let run = Run::find(&stage_items(stages, fine), fine, merge, lean)?;
-                        Some(make(Solved::Run(Box::new(run)), fine))
-                    })
-                    .min_by(|a, b| a.root(lean).1.total_cmp(&b.root(lean).1))
-            });
+        let run = layout.filter(|_| stages.len() > group).map(|layout| {
+            let blocks = layout.2;
+            let merge = blocks.div_ceil(MAX_BLOCKS);
+            let mut tries = vec![(Scale::new(room, boundary, RUN_UNITS), merge)];
+            if merge > 1
+                && let Some(units) = unmerged_units(blocks, room, boundary)
+            {
+                tries.push((Scale::new(room, boundary, units), 1));
+            }
+            tries
+                .into_iter()
+                .map(|(fine, merge)| {
+                    let run = Run::find(&stage_items(stages, fine), layout, fine, merge, lean);
+                    make(Solved::Run(Box::new(run)), fine)
+                })
+                .min_by(|a, b| a.root(lean).1.total_cmp(&b.root(lean).1))
+                .expect("at least one try")
+        });
         // NOTE [level-cuts]: where the chain takes more than one level and the room is
         // tight, its groups are cut three or four ways and the cheapest levels kept.
         // A repeating chain's period, in stages (1 for any other).
@@ -1907,12 +1907,15 @@ fn prefix_of(table: usize) -> usize {
 }
 
 impl Run {
-    /// The run in `items` (single stages), if the chain repeats: a head of at most 8
-    /// stages, at least 8 equal blocks of at most 8 stages, and a tail of at least one
-    /// stage and at most 16.
-    fn find(items: &[Item], scale: Scale, merge: usize, lean: bool) -> Option<Self> {
-        let keys: Vec<u64> = items.iter().map(|item| item.key).collect();
-        let (head_stages, p, k) = Self::layout(&keys)?;
+    /// The run in `items` (single stages) laid out as [`Run::layout`] found it in their
+    /// keys: a head of `head_stages`, `k` equal blocks of `p` stages, and a tail.
+    fn find(
+        items: &[Item],
+        (head_stages, p, k): (usize, usize, usize),
+        scale: Scale,
+        merge: usize,
+        lean: bool,
+    ) -> Self {
         // `merge` equal blocks make one (the tail takes what is left over): checkpoints
         // then sit every few blocks, and the tables stay small (NOTE [run-merge]).
         let (p, k) = (p * merge, k / merge);
@@ -1949,11 +1952,13 @@ impl Run {
             choices: vec![Vec::new(); 6],
         };
         run.solve(scale, lean);
-        Some(run)
+        run
     }
 
     /// The run's layout in a chain of stages with these keys, `(head stages, stages per
-    /// block, blocks)`, if it repeats (see [`Run::find`]); the longest repeated part wins.
+    /// block, blocks)`, if it repeats: a head of at most 8 stages, at least 8 equal blocks
+    /// of at most 8 stages, and a tail of at least one stage and at most 16; the longest
+    /// repeated part wins.
     fn layout(keys: &[u64]) -> Option<(usize, usize, usize)> {
         let n = keys.len();
         let mut best: Option<(usize, usize, usize)> = None;
