@@ -1,4 +1,5 @@
-//! A lower bound on the recompute any schedule needs under a budget (NOTE [recompute-bound]).
+//! A lower bound on the recompute any schedule needs under a budget (NOTE [recompute-bound]
+//! and NOTE [one-value-bound]).
 //!
 //! NOTE [recompute-bound]: when the forward pass ends, every value some backward step reads
 //! is either held or will be replayed at least once; a value replayed needs each of its
@@ -37,10 +38,16 @@ use super::view::{Forced, GraphView};
 const SEARCH_STEPS: usize = 60;
 
 /// A lower bound on the recompute cost (ns) of any schedule for `view` that holds at most
-/// `budget_bytes`; see NOTE \[recompute-bound\]. `f64::INFINITY` when the bound proves that
-/// no schedule fits (the constants alone pass the budget, or the step reads cannot be
+/// `budget_bytes`: the better of NOTE \[recompute-bound\] and NOTE \[one-value-bound\].
+/// `f64::INFINITY` when the bound proves that no schedule fits (the constants alone pass the
+/// budget, a step's reads and the constants held with them do, or the step reads cannot be
 /// covered within it).
 pub fn recompute_lower_bound(view: &GraphView, budget_bytes: u64) -> f64 {
+    forward_end_bound(view, budget_bytes).max(one_value_bound(view, budget_bytes))
+}
+
+/// NOTE \[recompute-bound\]'s bound alone.
+fn forward_end_bound(view: &GraphView, budget_bytes: u64) -> f64 {
     let fixed: u64 = view.nodes().iter().map(|n| n.fixed_bytes).sum();
     let Some(room) = budget_bytes.checked_sub(fixed) else {
         return f64::INFINITY;
@@ -83,6 +90,99 @@ pub fn recompute_lower_bound(view: &GraphView, budget_bytes: u64) -> f64 {
     let best = [fc, fd, top].into_iter().fold(0.0, f64::max);
     // Below a millionth of a nanosecond is rounding in the flow.
     if best < 1e-6 { 0.0 } else { best }
+}
+
+// NOTE [one-value-bound]: NOTE [recompute-bound] counts a value's replays once; under a
+// budget that holds little more than the values a backward step reads, a value is rebuilt
+// for every step that reads it. At a step that reads the values `W`, the held bytes are at
+// least `bytes(W)` plus the constants still held after the step (more than the budget: no
+// schedule fits); the room left, `e`, is all any other value held then can take. The next
+// step that reads values reads `V`. A value of `V - W` with more than `e` bytes was not held
+// at the earlier step, so it is replayed between the two steps, and so is each input of a
+// value replayed there that is not in `W` and has more than `e` bytes (it was not held
+// either): that set `R` is replayed at least once between the two steps, which costs at
+// least `cost(R)`. The intervals between consecutive reading steps are disjoint, so the sum
+// over them bounds any schedule's recompute; where `R` holds a value that cannot be
+// replayed (or is forced to Keep), no schedule fits. With room for one activation (the
+// benchmark's MLP at 5% of its keep-all bytes) it is the optimum: every read rebuilt from
+// the input, the sum of the reads' depths. A step that leaves room for the values its
+// successor reads adds nothing, so it is the better of the two bounds only near the
+// smallest budget.
+//
+// Cost model: one walk over ancestors per pair of reading steps, stopped after
+// [`ONE_VALUE_VISITS`] visits in all (the sum so far is still a bound).
+
+/// The most node visits NOTE \[one-value-bound\] makes on one view.
+const ONE_VALUE_VISITS: u64 = 5_000_000;
+
+/// NOTE \[one-value-bound\]'s bound: `0.0` where no step's room binds so,
+/// `f64::INFINITY` where it proves that no schedule fits.
+fn one_value_bound(view: &GraphView, budget_bytes: u64) -> f64 {
+    let nodes = view.nodes();
+    let n = nodes.len();
+    let order = view.step_order();
+    // Constants still held after each step position: those of the nodes stepping later.
+    let mut later = vec![0u64; order.len() + 1];
+    for p in (0..order.len()).rev() {
+        later[p] = later[p + 1] + nodes[order[p] as usize].fixed_bytes;
+    }
+    // `mark[v] == stamp`: in the current `W`; `seen[v] == stamp`: walked for the current `R`.
+    let (mut mark, mut seen) = (vec![0u32; n], vec![0u32; n]);
+    let mut stack: Vec<u32> = Vec::new();
+    // The previous reading step: its reads, and the room its held bytes left.
+    let mut previous: Option<(&[u32], u64)> = None;
+    let (mut total, mut visits) = (0.0, 0u64);
+    let mut stamp = 0u32;
+    for (p, &s) in order.iter().enumerate() {
+        let reads = &nodes[s as usize].step_reads;
+        if reads.is_empty() {
+            continue;
+        }
+        let read_bytes: u64 = distinct(reads).map(|v| nodes[v as usize].bytes).sum();
+        let Some(room) = budget_bytes.checked_sub(read_bytes.saturating_add(later[p + 1])) else {
+            return f64::INFINITY;
+        };
+        if let Some((held, room)) = previous {
+            // Values of more than `room` bytes not read there were not held there.
+            stamp += 1;
+            for &v in held {
+                mark[v as usize] = stamp;
+            }
+            let big = |v: u32| nodes[v as usize].bytes > room;
+            stack.extend(distinct(reads).filter(|&v| mark[v as usize] != stamp && big(v)));
+            while let Some(v) = stack.pop() {
+                let (vi, node) = (v as usize, &nodes[v as usize]);
+                if seen[vi] == stamp {
+                    continue;
+                }
+                seen[vi] = stamp;
+                visits += 1;
+                if !node.replayable || node.forced == Some(Forced::Keep) {
+                    return f64::INFINITY;
+                }
+                total += node.cost;
+                for &u in &node.inputs {
+                    if mark[u as usize] != stamp && seen[u as usize] != stamp && big(u) {
+                        stack.push(u);
+                    }
+                }
+            }
+            if visits > ONE_VALUE_VISITS {
+                break;
+            }
+        }
+        previous = Some((reads, room));
+    }
+    total
+}
+
+/// The distinct values of `reads` (a step's reads are few: a linear scan).
+fn distinct(reads: &[u32]) -> impl Iterator<Item = u32> + '_ {
+    reads
+        .iter()
+        .enumerate()
+        .filter(|&(i, v)| !reads[..i].contains(v))
+        .map(|(_, &v)| v)
 }
 
 /// The values the bound's relaxation holds when the forward pass ends, fitted to

@@ -52,8 +52,10 @@
 //!   decisions); [`revolve::replays`]
 //!   (Revolve's optimum, closed form).
 //! - [`recompute_lower_bound`]: the least recompute any schedule needs under a budget (a
-//!   Lagrangian relaxation solved by min cuts, NOTE \[recompute-bound\] in `bound.rs`): how
-//!   far a plan can be from the optimum on graphs too large for an exact search.
+//!   Lagrangian relaxation solved by min cuts, NOTE \[recompute-bound\] in `bound.rs`, or
+//!   near the smallest budget the rebuilds between steps that leave room for nothing else,
+//!   NOTE \[one-value-bound\]): how far a plan can be from the optimum on graphs too large
+//!   for an exact search.
 //! - [`tradeoff`]: predicted extra compute and peak for a ladder of budgets, and the bound.
 //! - [`signature`] and [`PlanCache`]: reuse a plan while the graph recurs.
 //!

@@ -214,6 +214,13 @@ fn the_mlp_at_5_percent_plans_the_optimum_of_one_activation() {
     assert_eq!(outcome.total_replays, optimum);
     let passes = outcome.recompute_cost / view.forward_cost();
     assert!((passes - 23.64).abs() < 0.01, "{passes}");
+    // The lower bound says so too (NOTE [one-value-bound]): no schedule replays less.
+    let bound = crate::planner::recompute_lower_bound(&view, five);
+    assert!(
+        (bound - outcome.recompute_cost).abs() <= 1e-9 * bound,
+        "bound {bound}, optimum {}",
+        outcome.recompute_cost
+    );
     // The chain's DP alone reaches it too (NOTE [rotor-skip], [rotor-owned] and
     // [rotor-absent]: it made 36.8 forward passes without them).
     let chain = simulate(&view, &chain_plan(&view, five).unwrap(), five).unwrap();
