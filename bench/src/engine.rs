@@ -184,6 +184,9 @@ pub struct Sample {
     pub replays: Option<u64>,
     /// Their time (`remat::stats().replay_ns`).
     pub replay_ns: Option<u64>,
+    /// Minor page faults of the process during the step (fresh pages the allocator's
+    /// memory touched; `None` where `/proc/self/stat` cannot be read).
+    pub faults: Option<u64>,
     /// Of the weight gradients.
     pub fingerprint: Fingerprint,
     /// With `trace`.
@@ -272,6 +275,7 @@ fn step<B: AutodiffBackend>(
     if let Some(sampler) = &sampler {
         sampler.base.store(base, Ordering::Relaxed);
     }
+    let faults_before = minor_faults();
     let start = Instant::now();
     let hook = Hook::new(engine.regions(), start, base);
     let run = || {
@@ -296,6 +300,9 @@ fn step<B: AutodiffBackend>(
     };
     let device_after = device_in_use::<B>(&device);
     let ns = start.elapsed().as_nanos() as u64;
+    let faults = faults_before
+        .zip(minor_faults())
+        .map(|(before, after)| after.saturating_sub(before));
     // The device has no peak counter: its larger of the two samples (after the forward pass,
     // after backward with the gradients) stands for it.
     let peak = match (device_base, device_after) {
@@ -339,6 +346,7 @@ fn step<B: AutodiffBackend>(
         remat_peak,
         replays,
         replay_ns,
+        faults,
         fingerprint,
         trace,
     }
@@ -452,4 +460,13 @@ fn micro_on<B: AutodiffBackend>(engine: Engine, ops: usize) -> Micro {
         Some(policy) => remat::with_policy(policy, run),
         None => run(),
     }
+}
+
+/// The process's minor page faults so far (field 10 of `/proc/self/stat`, every thread's);
+/// `None` off Linux or where it cannot be read.
+fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(7)?.parse().ok()
 }

@@ -548,6 +548,13 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
                     .collect();
                 (!ms.is_empty()).then(|| median(&mut ms))
             },
+            faults: {
+                let mut faults: Vec<f64> = samples
+                    .iter()
+                    .filter_map(|s| s.faults.map(|f| f as f64))
+                    .collect();
+                (!faults.is_empty()).then(|| median(&mut faults))
+            },
             fingerprint: last.fingerprint.clone(),
             deterministic: samples
                 .iter()
