@@ -222,6 +222,15 @@ fn make_runner(backend: &str, engine: Engine, spec: Arc<Spec>) -> Runner {
     }
 }
 
+/// The median of what `f` reads off the samples that have it; `None` where none has.
+fn median_of(
+    samples: &[engine::Sample],
+    f: impl Fn(&engine::Sample) -> Option<f64>,
+) -> Option<f64> {
+    let mut values: Vec<f64> = samples.iter().filter_map(f).collect();
+    (!values.is_empty()).then(|| median(&mut values))
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
@@ -541,20 +550,8 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
             remat_peak_bytes: samples.iter().filter_map(|s| s.remat_peak).max(),
             budget_bytes: *budget_bytes,
             replays: last.replays,
-            replay_ms: {
-                let mut ms: Vec<f64> = samples
-                    .iter()
-                    .filter_map(|s| s.replay_ns.map(|ns| ns as f64 / 1e6))
-                    .collect();
-                (!ms.is_empty()).then(|| median(&mut ms))
-            },
-            faults: {
-                let mut faults: Vec<f64> = samples
-                    .iter()
-                    .filter_map(|s| s.faults.map(|f| f as f64))
-                    .collect();
-                (!faults.is_empty()).then(|| median(&mut faults))
-            },
+            replay_ms: median_of(&samples, |s| s.replay_ns.map(|ns| ns as f64 / 1e6)),
+            faults: median_of(&samples, |s| s.faults.map(|f| f as f64)),
             fingerprint: last.fingerprint.clone(),
             deterministic: samples
                 .iter()

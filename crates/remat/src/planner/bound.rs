@@ -32,6 +32,7 @@
 //!   generator).
 //! - No recursion: the flow's depth-first search uses an explicit stack.
 
+use super::simulate::for_each_distinct;
 use super::view::{Forced, GraphView};
 
 /// Golden-section steps over `log(lambda)`: the bracket shrinks by 0.618 each step.
@@ -121,11 +122,8 @@ fn one_value_bound(view: &GraphView, budget_bytes: u64) -> f64 {
     let nodes = view.nodes();
     let n = nodes.len();
     let order = view.step_order();
-    // Constants still held after each step position: those of the nodes stepping later.
-    let mut later = vec![0u64; order.len() + 1];
-    for p in (0..order.len()).rev() {
-        later[p] = later[p + 1] + nodes[order[p] as usize].fixed_bytes;
-    }
+    // Constants still held after the step at position `p`: `later[p + 1]`.
+    let later = view.constants_from();
     // `mark[v] == stamp`: in the current `W`; `seen[v] == stamp`: walked for the current `R`.
     let (mut mark, mut seen) = (vec![0u32; n], vec![0u32; n]);
     let mut stack: Vec<u32> = Vec::new();
@@ -138,7 +136,8 @@ fn one_value_bound(view: &GraphView, budget_bytes: u64) -> f64 {
         if reads.is_empty() {
             continue;
         }
-        let read_bytes: u64 = distinct(reads).map(|v| nodes[v as usize].bytes).sum();
+        let mut read_bytes = 0u64;
+        for_each_distinct(reads, |v| read_bytes += nodes[v as usize].bytes);
         let Some(room) = budget_bytes.checked_sub(read_bytes.saturating_add(later[p + 1])) else {
             return f64::INFINITY;
         };
@@ -149,7 +148,11 @@ fn one_value_bound(view: &GraphView, budget_bytes: u64) -> f64 {
                 mark[v as usize] = stamp;
             }
             let big = |v: u32| nodes[v as usize].bytes > room;
-            stack.extend(distinct(reads).filter(|&v| mark[v as usize] != stamp && big(v)));
+            for_each_distinct(reads, |v| {
+                if mark[v as usize] != stamp && big(v) {
+                    stack.push(v);
+                }
+            });
             while let Some(v) = stack.pop() {
                 let (vi, node) = (v as usize, &nodes[v as usize]);
                 if seen[vi] == stamp {
@@ -174,15 +177,6 @@ fn one_value_bound(view: &GraphView, budget_bytes: u64) -> f64 {
         previous = Some((reads, room));
     }
     total
-}
-
-/// The distinct values of `reads` (a step's reads are few: a linear scan).
-fn distinct(reads: &[u32]) -> impl Iterator<Item = u32> + '_ {
-    reads
-        .iter()
-        .enumerate()
-        .filter(|&(i, v)| !reads[..i].contains(v))
-        .map(|(_, &v)| v)
 }
 
 /// The values the bound's relaxation holds when the forward pass ends, fitted to

@@ -98,10 +98,7 @@ impl Problem {
                     .fold(0, |m, v| m | bit(v as u32))
             })
             .collect();
-        let mut fixed = vec![0u64; n + 1];
-        for p in (0..n).rev() {
-            fixed[p] = fixed[p + 1] + nodes[view.step_order()[p] as usize].fixed_bytes;
-        }
+        let fixed = view.constants_from();
         Self {
             n,
             bytes: nodes.iter().map(|x| x.bytes).collect(),

@@ -109,10 +109,7 @@ impl<'a> Bounds<'a> {
             running += d;
             pinned_at.push(running as u64);
         }
-        let mut fixed_at = vec![0u64; n + 1];
-        for p in (0..n).rev() {
-            fixed_at[p] = fixed_at[p + 1] + nodes[view.step_order()[p] as usize].fixed_bytes;
-        }
+        let fixed_at = view.constants_from();
         Self {
             view,
             analysis,

@@ -235,6 +235,17 @@ impl GraphView {
         &self.step_order
     }
 
+    /// Per step position `p` (and one past the last), the bytes of the constants of the nodes
+    /// stepping at `p` or later: the constants held while the steps before `p` have run.
+    pub(crate) fn constants_from(&self) -> Vec<u64> {
+        let n = self.step_order.len();
+        let mut from = vec![0u64; n + 1];
+        for p in (0..n).rev() {
+            from[p] = from[p + 1] + self.nodes[self.step_order[p] as usize].fixed_bytes;
+        }
+        from
+    }
+
     /// The cost of one forward pass: the sum of the nodes' costs.
     pub fn forward_cost(&self) -> f64 {
         self.nodes.iter().map(|n| n.cost).sum()

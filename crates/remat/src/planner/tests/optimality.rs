@@ -177,21 +177,15 @@ fn the_recompute_bound_never_passes_the_exact_optimum() {
     // nothing else: median 0.68, 218 of 763 meet it.
     ratios.sort_by(f64::total_cmp);
     let q = |f: f64| ratios[((ratios.len() - 1) as f64 * f) as usize];
-    eprintln!(
+    let summary = format!(
         "{tight} tight of {cases} ({} with replays): quartiles {} {} {}",
         ratios.len(),
         q(0.25),
         q(0.5),
         q(0.75)
     );
-    assert!(
-        cases > 1000 && tight >= 200 && q(0.5) > 0.65,
-        "{tight} tight of {cases} ({} with replays): quartiles {} {} {}",
-        ratios.len(),
-        q(0.25),
-        q(0.5),
-        q(0.75)
-    );
+    eprintln!("{summary}");
+    assert!(cases > 1000 && tight >= 200 && q(0.5) > 0.65, "{summary}");
 }
 
 #[test]
