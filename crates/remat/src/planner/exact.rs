@@ -1,7 +1,9 @@
 //! An exact solver for small views (at most 16 nodes): Dijkstra over states (backward
-//! position, set of held values) under the same cost model as `simulate`. The planner uses
-//! it for views of at most [`PLAN_MAX_NODES`] nodes (their optimum, in about a millisecond);
-//! the tests measure the other generators against it.
+//! position, set of held values) under the same cost model as `simulate`, in dense tables.
+//! The planner uses it for views of at most [`PLAN_MAX_NODES`] nodes (their optimum, in
+//! about a millisecond); the tests measure the other generators against it. Its [`Problem`]
+//! (the view as bit masks, the moves out of a state) is also the search of larger views
+//! (`search.rs`, NOTE \[exact-search\]).
 //!
 //! - The forward pass keeps a set `K` (each value at the latest moment it is in hand, which
 //!   dominates keeping it earlier): its held bytes at the end are `bytes(K)` plus every
@@ -21,56 +23,73 @@ use super::{Action, Forced, GraphView, Schedule};
 /// The largest view the planner solves exactly (states: `(n + 1) 2^n`).
 pub(crate) const PLAN_MAX_NODES: usize = 14;
 
+/// The largest view the dense solvers here take (their tables have `(n + 1) 2^n` entries).
+const DENSE_MAX_NODES: usize = 16;
+
 /// One transition of the search.
 #[derive(Clone, Copy)]
-enum Move {
+pub(super) enum Move {
     /// Drop a held value.
     Free(u32),
     /// Replay `x`, dropping the inputs in the mask (read last by it).
-    Replay(u32, u32),
+    Replay(u32, u128),
     /// Run the step at the position; drop what no later step can need.
     Step,
 }
 
-struct Problem {
-    n: usize,
-    bytes: Vec<u64>,
-    cost: Vec<f64>,
-    inputs: Vec<u32>,
-    can_replay: u32,
-    forced_keep: u32,
-    forced_recompute: u32,
+/// A view as bit masks over its nodes (at most [`MAX_NODES`]), shared with the search of
+/// larger views (`search.rs`).
+pub(super) struct Problem {
+    pub(super) n: usize,
+    pub(super) bytes: Vec<u64>,
+    pub(super) cost: Vec<f64>,
+    pub(super) inputs: Vec<u128>,
+    pub(super) can_replay: u128,
+    forced_keep: u128,
+    pub(super) forced_recompute: u128,
     /// Reads of the step at each position, and the step's node.
-    reads: Vec<u32>,
+    reads: Vec<u128>,
     steps: Vec<usize>,
     /// Constants of the nodes not stepped before each position.
     fixed: Vec<u64>,
     /// Values some step at or after each position may need.
-    useful: Vec<u32>,
+    pub(super) useful: Vec<u128>,
     /// Forced-Keep values still read at or after each position.
-    pinned_reads: Vec<u32>,
+    pub(super) pinned_reads: Vec<u128>,
+    /// The nodes stepped before each position.
+    stepped: Vec<u128>,
+    /// Values some step at or after each position reads.
+    pub(super) read_from: Vec<u128>,
 }
 
+/// The most nodes a [`Problem`] takes (one bit each).
+pub(super) const MAX_NODES: usize = 128;
+
 impl Problem {
-    fn new(view: &GraphView) -> Self {
+    pub(super) fn new(view: &GraphView) -> Self {
         let n = view.len();
-        assert!(n <= 16, "the exact solver takes at most 16 nodes");
+        assert!(
+            n <= MAX_NODES,
+            "the exact solvers take at most {MAX_NODES} nodes"
+        );
         let nodes = view.nodes();
-        let bit = |v: u32| 1u32 << v;
-        let mask = |vs: &[u32]| vs.iter().fold(0u32, |m, &v| m | bit(v));
+        let bit = |v: u32| 1u128 << v;
+        let mask = |vs: &[u32]| vs.iter().fold(0u128, |m, &v| m | bit(v));
         let mut position = vec![0usize; n];
         for (p, &s) in view.step_order().iter().enumerate() {
             position[s as usize] = p;
         }
+        // last_read[v]: the last position whose step reads v.
+        let mut last_read: Vec<Option<usize>> = vec![None; n];
+        for (p, &s) in view.step_order().iter().enumerate() {
+            for &v in &nodes[s as usize].step_reads {
+                last_read[v as usize] = last_read[v as usize].max(Some(p));
+            }
+        }
         // last_use[v]: the last position whose step may need v.
         let mut last_use: Vec<Option<usize>> = vec![None; n];
         for v in (0..n).rev() {
-            let mut last = None;
-            for (p, &s) in view.step_order().iter().enumerate() {
-                if nodes[s as usize].step_reads.contains(&(v as u32)) {
-                    last = last.max(Some(p));
-                }
-            }
+            let mut last = last_read[v];
             for (w, node) in nodes.iter().enumerate().skip(v + 1) {
                 let rebuildable = node.replayable && node.forced != Some(Forced::Keep);
                 if rebuildable && node.inputs.contains(&(v as u32)) {
@@ -86,18 +105,23 @@ impl Problem {
                     .fold(0, |m, v| m | bit(v as u32))
             })
             .collect();
-        let pinned_reads = (0..=n)
-            .map(|p| {
-                (0..n)
-                    .filter(|&v| nodes[v].forced == Some(Forced::Keep))
-                    .filter(|&v| {
-                        view.step_order()[p.min(n)..]
-                            .iter()
-                            .any(|&s| nodes[s as usize].step_reads.contains(&(v as u32)))
-                    })
-                    .fold(0, |m, v| m | bit(v as u32))
-            })
+        let reads: Vec<u128> = view
+            .step_order()
+            .iter()
+            .map(|&s| mask(&nodes[s as usize].step_reads))
             .collect();
+        let mut read_from = vec![0u128; n + 1];
+        for p in (0..n).rev() {
+            read_from[p] = read_from[p + 1] | reads[p];
+        }
+        let forced_keep = (0..n)
+            .filter(|&v| nodes[v].forced == Some(Forced::Keep))
+            .fold(0, |m, v| m | bit(v as u32));
+        let pinned_reads = read_from.iter().map(|&r| r & forced_keep).collect();
+        let mut stepped = vec![0u128; n + 1];
+        for (p, &s) in view.step_order().iter().enumerate() {
+            stepped[p + 1] = stepped[p] | bit(s);
+        }
         let fixed = view.constants_from();
         Self {
             n,
@@ -107,25 +131,32 @@ impl Problem {
             can_replay: (0..n)
                 .filter(|&v| nodes[v].replayable && nodes[v].forced != Some(Forced::Keep))
                 .fold(0, |m, v| m | bit(v as u32)),
-            forced_keep: (0..n)
-                .filter(|&v| nodes[v].forced == Some(Forced::Keep))
-                .fold(0, |m, v| m | bit(v as u32)),
+            forced_keep,
             forced_recompute: (0..n)
                 .filter(|&v| nodes[v].forced == Some(Forced::Recompute))
                 .fold(0, |m, v| m | bit(v as u32)),
-            reads: view
-                .step_order()
-                .iter()
-                .map(|&s| mask(&nodes[s as usize].step_reads))
-                .collect(),
+            reads,
             steps: view.step_order().iter().map(|&s| s as usize).collect(),
             fixed,
             useful,
             pinned_reads,
+            stepped,
+            read_from,
         }
     }
 
-    fn held(&self, p: usize, set: u32) -> u64 {
+    /// A view small enough for the dense tables.
+    fn dense(view: &GraphView) -> Self {
+        assert!(
+            view.len() <= DENSE_MAX_NODES,
+            "the dense exact solver takes at most {DENSE_MAX_NODES} nodes"
+        );
+        Self::new(view)
+    }
+
+    /// The bytes held at position `p` with `set` held: the values and the constants of the
+    /// nodes not stepped yet.
+    pub(super) fn held(&self, p: usize, set: u128) -> u64 {
         let mut bytes = self.fixed[p];
         let mut rest = set;
         while rest != 0 {
@@ -136,47 +167,55 @@ impl Problem {
         bytes
     }
 
-    fn index(&self, p: usize, set: u32) -> usize {
+    fn index(&self, p: usize, set: u128) -> usize {
+        debug_assert!(self.n <= DENSE_MAX_NODES);
         (p << self.n) | set as usize
     }
 
     /// Calls `f(next_p, next_set, cost, move)` for every transition out of `(p, set)` that
     /// fits.
-    fn transitions(
+    ///
+    /// `lazy` leaves out the moves some schedule as cheap never needs (NOTE \[lazy-frees\]
+    /// in `search.rs`): a free while every replay fits without it, and a replay that drops
+    /// more of its inputs than it needs to fit.
+    pub(super) fn transitions(
         &self,
         p: usize,
-        set: u32,
+        set: u128,
         budget: u64,
-        mut f: impl FnMut(usize, u32, f64, Move),
+        lazy: bool,
+        mut f: impl FnMut(usize, u128, f64, Move),
     ) {
         let n = self.n;
         if p == n {
             return;
         }
+        let held = self.held(p, set);
+        let candidates = self.can_replay & self.useful[p] & !set & !self.stepped[p];
+        let ready = |x: usize| self.inputs[x] & !set == 0;
         // Free.
-        let mut rest = set & !self.pinned_reads[p];
-        while rest != 0 {
-            let v = rest.trailing_zeros();
-            f(p, set & !(1 << v), 0.0, Move::Free(v));
-            rest &= rest - 1;
+        let cramped = bits(candidates).any(|x| {
+            let x = x as usize;
+            ready(x) && held + self.bytes[x] > budget
+        });
+        if cramped || !lazy {
+            for v in bits(set & !self.pinned_reads[p]) {
+                f(p, set & !(1u128 << v), 0.0, Move::Free(v));
+            }
         }
         // Replay.
-        let stepped: u32 = self.steps[..p].iter().fold(0, |m, &s| m | (1 << s));
-        let candidates = self.can_replay & self.useful[p] & !set & !stepped;
-        let mut rest = candidates;
-        while rest != 0 {
-            let x = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            let inputs = self.inputs[x];
-            if inputs & !set != 0 {
+        for x in bits(candidates) {
+            let x = x as usize;
+            if !ready(x) {
                 continue;
             }
-            let takeable = inputs & !self.pinned_reads[p];
-            // Every subset of the takeable inputs.
+            let takeable = self.inputs[x] & !self.pinned_reads[p];
+            // Every subset of the takeable inputs (lazy: the least ones that make it fit).
             let mut sub = takeable;
             loop {
-                let next = (set | (1 << x)) & !sub;
-                if self.held(p, next) <= budget {
+                let next = (set | (1u128 << x)) & !sub;
+                let fits = |next: u128| self.held(p, next) <= budget;
+                if fits(next) && (!lazy || bits(sub).all(|u| !fits(next | (1u128 << u)))) {
                     f(p, next, self.cost[x], Move::Replay(x as u32, sub));
                 }
                 if sub == 0 {
@@ -192,7 +231,7 @@ impl Problem {
     }
 
     /// The start states: every keepable set that fits after the forward pass.
-    fn starts(&self, budget: u64, mut f: impl FnMut(u32)) {
+    fn starts(&self, budget: u64, mut f: impl FnMut(u128)) {
         let keepable = self.useful[0] & !self.forced_recompute;
         let must = self.pinned_reads[0];
         if must & !keepable != 0 {
@@ -215,7 +254,7 @@ impl Problem {
 }
 
 #[derive(PartialEq)]
-struct Entry(f64, usize, u32);
+struct Entry(f64, usize, u128);
 
 impl Eq for Entry {}
 
@@ -234,7 +273,7 @@ impl Ord for Entry {
 /// The least recompute cost of any schedule of `view` under `budget`, if one exists.
 #[cfg(test)]
 pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
-    let problem = Problem::new(view);
+    let problem = Problem::dense(view);
     let n = problem.n;
     let mut dist = vec![f64::INFINITY; (n + 1) << n];
     let mut heap = BinaryHeap::new();
@@ -249,7 +288,7 @@ pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
         if p == n {
             return Some(d);
         }
-        problem.transitions(p, set, budget, |q, next, c, _| {
+        problem.transitions(p, set, budget, false, |q, next, c, _| {
             let k = problem.index(q, next);
             if d + c < dist[k] {
                 dist[k] = d + c;
@@ -263,11 +302,11 @@ pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
 /// The smallest budget any schedule of `view` meets.
 #[cfg(test)]
 pub(crate) fn min_budget(view: &GraphView) -> u64 {
-    let problem = Problem::new(view);
+    let problem = Problem::dense(view);
     let n = problem.n;
     // Minimax Dijkstra: the cost of a path is the most it holds.
     let mut best = vec![u64::MAX; (n + 1) << n];
-    let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize, u32)>> = BinaryHeap::new();
+    let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize, u128)>> = BinaryHeap::new();
     problem.starts(u64::MAX, |set| {
         let held = problem.held(0, set);
         best[problem.index(0, set)] = held;
@@ -280,7 +319,7 @@ pub(crate) fn min_budget(view: &GraphView) -> u64 {
         if p == n {
             return peak;
         }
-        problem.transitions(p, set, u64::MAX, |q, next, _, _| {
+        problem.transitions(p, set, u64::MAX, false, |q, next, _, _| {
             let next_peak = peak.max(problem.held(q, next));
             let k = problem.index(q, next);
             if next_peak < best[k] {
@@ -298,7 +337,7 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     if view.len() > PLAN_MAX_NODES || view.is_empty() {
         return None;
     }
-    let problem = Problem::new(view);
+    let problem = Problem::dense(view);
     let n = problem.n;
     let states = (n + 1) << n;
     let mut dist = vec![f64::INFINITY; states];
@@ -319,7 +358,7 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
             end = Some(here);
             break;
         }
-        problem.transitions(p, set, budget, |q, next, c, how| {
+        problem.transitions(p, set, budget, false, |q, next, c, how| {
             let k = problem.index(q, next);
             if d + c < dist[k] {
                 dist[k] = d + c;
@@ -332,31 +371,45 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     let mut k = end?;
     let mut moves = Vec::new();
     while let Some((prev, how)) = from[k] {
-        moves.push((prev as usize, how));
+        let (p, set) = (prev as usize >> n, (prev as usize & ((1 << n) - 1)) as u128);
+        moves.push((p, set, how));
         k = prev as usize;
     }
-    let kept = (k & ((1 << n) - 1)) as u32;
-    let mut out = forward(view, kept);
-    for &(prev, how) in moves.iter().rev() {
-        let (p, set) = (prev >> n, (prev & ((1 << n) - 1)) as u32);
-        match how {
-            Move::Free(v) => out.push(Action::Free(v)),
-            Move::Replay(x, taken) => {
-                out.push(Action::Replay(x));
-                out.extend(bits(taken & !(1 << x)).map(Action::Free));
-            }
-            Move::Step => {
-                out.push(Action::Step(problem.steps[p] as u32));
-                out.extend(bits(set & !problem.useful[p + 1]).map(Action::Free));
+    moves.reverse();
+    let kept = (k & ((1 << n) - 1)) as u128;
+    Some(problem.schedule(view, kept, &moves))
+}
+
+impl Problem {
+    /// The schedule of a path: the forward pass keeping `kept`, then `moves`, each made
+    /// from the state (position, held set) it names.
+    pub(super) fn schedule(
+        &self,
+        view: &GraphView,
+        kept: u128,
+        moves: &[(usize, u128, Move)],
+    ) -> Schedule {
+        let mut out = forward(view, kept);
+        for &(p, set, how) in moves {
+            match how {
+                Move::Free(v) => out.push(Action::Free(v)),
+                Move::Replay(x, taken) => {
+                    out.push(Action::Replay(x));
+                    out.extend(bits(taken & !(1u128 << x)).map(Action::Free));
+                }
+                Move::Step => {
+                    out.push(Action::Step(self.steps[p] as u32));
+                    out.extend(bits(set & !self.useful[p + 1]).map(Action::Free));
+                }
             }
         }
+        Schedule::new(out)
     }
-    Some(Schedule::new(out))
 }
 
 /// The forward pass keeping `kept`: each value right after the last op that has it in hand
 /// (its own, or the last forward op reading it).
-fn forward(view: &GraphView, kept: u32) -> Vec<Action> {
+fn forward(view: &GraphView, kept: u128) -> Vec<Action> {
     let n = view.len();
     let mut at: Vec<Vec<u32>> = vec![Vec::new(); n];
     for v in bits(kept) {
@@ -378,6 +431,12 @@ fn forward(view: &GraphView, kept: u32) -> Vec<Action> {
 }
 
 /// The set bits of `mask`, lowest first.
-fn bits(mask: u32) -> impl Iterator<Item = u32> {
-    (0..32).filter(move |b| mask & (1 << b) != 0)
+fn bits(mut mask: u128) -> impl Iterator<Item = u32> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let b = mask.trailing_zeros();
+            mask &= mask - 1;
+            b
+        })
+    })
 }

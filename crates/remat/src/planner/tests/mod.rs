@@ -4,6 +4,7 @@
 mod chains;
 mod generators;
 mod optimality;
+mod search;
 mod simulator;
 
 use crate::planner::{Forced, GraphView, Node};

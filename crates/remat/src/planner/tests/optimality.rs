@@ -234,7 +234,7 @@ fn the_recompute_bound_on_a_hand_made_graph() {
 
 /// Graphs recorded from the benchmark's models (`bench --dump-views`), with the op times
 /// measured on the 2-core CI-class machine.
-const RECORDED: [(&str, &str); 3] = [
+pub(super) const RECORDED: [(&str, &str); 3] = [
     ("transformer", include_str!("views/transformer.view")),
     ("mlp", include_str!("views/mlp.view")),
     ("convnet", include_str!("views/convnet.view")),
