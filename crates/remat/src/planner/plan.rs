@@ -21,7 +21,9 @@
 use std::sync::Arc;
 
 use super::analysis::Analysis;
+use super::exact::MAX_NODES;
 use super::exec::{self, Hints, Run, Strategy, Work};
+use super::search::{self, Optimum};
 use super::{
     Action, Error, GraphView, Schedule, bound, chain, exact, revolve, rotor, simulate,
     smallest_budget,
@@ -120,6 +122,15 @@ pub(crate) struct PlanWork {
     /// Executor runs.
     pub(crate) runs: u32,
 }
+
+/// The most states the planner's last search stores (NOTE [search-last]): about 3 us and
+/// 130 bytes each (with the queue and the tables' growth, about 200).
+const SEARCH_STATES: usize = 20_000;
+
+/// The last search stores at most one state per this many bytes of the view's values: its
+/// memory (about 200 bytes a state) stays within 1/64 of what the step's values take,
+/// however small the model (`tests/memory.rs` counts the planner's memory in a step's).
+const SEARCH_SHARE: u64 = 200 * 64;
 
 /// The cheapest valid schedule seen so far.
 struct Best<'v> {
@@ -372,6 +383,23 @@ pub(crate) fn plan_with(
             best.work.runs += 1;
             if let Ok((actions, _, _)) = exec::run(view, &analysis, Strategy::Lean, budget) {
                 best.consider(Schedule::new(actions));
+            }
+        }
+        // NOTE [search-last]: a view of at most 128 ops gets a short search for a cheaper
+        // schedule than the portfolio's (`search.rs`, NOTE [exact-search]): it stores only
+        // the states that could still beat it, at most SEARCH_STATES of them.
+        if let Some(cost) = best.cost()
+            && cost > 0.0
+            && exact_small
+            && view.len() <= MAX_NODES
+        {
+            best.work.runs += 1;
+            let bytes: u64 = view.nodes().iter().map(|n| n.bytes + n.fixed_bytes).sum();
+            let states = SEARCH_STATES.min((bytes / SEARCH_SHARE) as usize);
+            if let Optimum::Found { schedule, .. } =
+                search::search(view, budget, states, cost * (1.0 - 1e-9))
+            {
+                best.consider(schedule);
             }
         }
     }

@@ -174,6 +174,13 @@ impl Problem {
 /// planner's own exact solver (14 ops). Its time and memory grow with the states it stores
 /// (about 130 bytes each): a few million take seconds.
 pub fn exact_optimum(view: &GraphView, budget: u64, max_states: usize) -> Optimum {
+    search(view, budget, max_states, f64::INFINITY)
+}
+
+/// [`exact_optimum`] among the schedules that cost less than `below` (the planner's best so
+/// far): states whose estimate reaches it are never stored, and `Infeasible` means that no
+/// schedule is cheaper.
+pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f64) -> Optimum {
     if view.is_empty() {
         return Optimum::Found {
             cost: 0.0,
@@ -204,7 +211,7 @@ pub fn exact_optimum(view: &GraphView, budget: u64, max_states: usize) -> Optimu
         rate(a).total_cmp(&rate(b))
     });
     let start = problem.estimate_at(0, 0, budget, &by_rate);
-    if start.is_finite() {
+    if start < below {
         states.push(State {
             pos: 0,
             set: 0,
@@ -256,6 +263,9 @@ pub fn exact_optimum(view: &GraphView, budget: u64, max_states: usize) -> Optimu
                 continue;
             }
             let reached = cost + c;
+            if reached + rest >= below {
+                continue;
+            }
             let key = (to as u32, next);
             let id_next = match index.get(&key) {
                 Some(&k) => {

@@ -115,11 +115,27 @@ fn the_plans_of_the_recorded_views_are_the_optimum_where_the_search_finds_it() {
     assert_eq!(found_at.len(), 6, "{report}");
 }
 
+/// `view` with every size in MiB instead of bytes.
+fn mib(view: &GraphView) -> GraphView {
+    let nodes = view
+        .nodes()
+        .iter()
+        .map(|node| {
+            let mut node = node.clone();
+            node.bytes <<= 20;
+            node.fixed_bytes <<= 20;
+            node
+        })
+        .collect();
+    GraphView::with_step_order(nodes, view.step_order().to_vec()).expect("the same view")
+}
+
 /// Random views of 16 to 48 ops, at budgets from the smallest to a third of the way to
 /// keeping everything: wherever the search finds the optimum within its limit, the plan
 /// against it, and the recompute bound below it. Measured: 135 of the 180 cases solved; the
-/// plan is the optimum in 73, within 10% in 113, at worst 1.41x: random DAGs with several
-/// inputs an op are where the planner's heuristics still leave recompute behind.
+/// plan is the optimum in 113, within 10% in 123, at worst 1.26x. Without the planner's own
+/// short search (NOTE [search-last] in `plan.rs`): 73, 113 and 1.41x; random DAGs with
+/// several inputs an op are where the heuristics leave recompute behind.
 #[test]
 fn the_planner_against_the_optimum_of_mid_sized_random_views() {
     let mut rng = Rng::new(29);
@@ -131,7 +147,9 @@ fn the_planner_against_the_optimum_of_mid_sized_random_views() {
             marks: case % 2 == 0,
             shuffled_steps: case % 3 == 0,
         };
-        let view = random_view(&mut rng, n, flavor);
+        // In MiB: the planner's own search takes states in proportion to the view's bytes
+        // (NOTE [search-last] in `plan.rs`).
+        let view = mib(&random_view(&mut rng, n, flavor));
         let smallest = crate::planner::smallest_budget(&view);
         let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
             .unwrap()
@@ -174,7 +192,7 @@ fn the_planner_against_the_optimum_of_mid_sized_random_views() {
     );
     println!("{summary}");
     assert!(
-        found_cases >= 130 && optimal >= 70 && within >= 110 && worst < 1.5,
+        found_cases >= 130 && optimal >= 110 && within >= 120 && worst < 1.3,
         "{summary}"
     );
 }
