@@ -431,7 +431,7 @@ fn forward(view: &GraphView, kept: u128) -> Vec<Action> {
 }
 
 /// The set bits of `mask`, lowest first.
-fn bits(mut mask: u128) -> impl Iterator<Item = u32> {
+pub(super) fn bits(mut mask: u128) -> impl Iterator<Item = u32> {
     std::iter::from_fn(move || {
         (mask != 0).then(|| {
             let b = mask.trailing_zeros();

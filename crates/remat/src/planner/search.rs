@@ -8,31 +8,45 @@
 //!   grow to `bytes(kept)` plus every constant at its end, the one check). A value the
 //!   pass has decided to drop is *dropped*; the values not decided yet count as held.
 //! - **Backward** moves are `exact.rs`'s: free a held value, replay one whose inputs are held
-//!   (dropping any of them it reads last), run the next step when its reads are held.
+//!   (dropping any of them it reads last), run the next step when its reads are held; but
+//!   only the lazy ones (NOTE \[lazy-frees\]).
+//!
+//! NOTE [lazy-frees]: freeing costs nothing and only a replay needs room (a step adds no
+//! value, and frees the constants it was the last to need), so any schedule can free each
+//! value later, right before the first replay that does not fit with it, at no extra cost:
+//! the frees before a replay are then a least set that makes it fit. The search takes only
+//! such moves: a free while some replay ready to run does not fit as things are, and a
+//! replay that drops just enough of its inputs to fit (none where it fits keeping them
+//! all). Without it, the frees alone reach every subset of what is held; with it, the
+//! search is equal to the dense solver (which takes every move) on every small view tested.
 //! - **The estimate** of the recompute still to come from a state: every value a later step
 //!   reads that is not held (or dropped, in the forward pass) must be replayed at least once
 //!   before that step, and so must each of its inputs that is not held, and theirs: the
 //!   sum of their costs (infinite where one of them cannot be replayed: no schedule goes on
-//!   from there). A replay of `x` lowers the estimate by at most `cost[x]` (its inputs are
-//!   held, so only `x` leaves the set), a free or a step never lowers it (a step drops only
-//!   values no later step or replay can need), so the estimate is consistent: the first
-//!   time the search takes the end state, its cost is the optimum, and at any moment the
-//!   estimate of the state taken last is a lower bound on it.
+//!   from there). In the forward pass, the values later steps read and not decided yet that
+//!   cannot all be kept add the cheapest way to drop the excess, in a knapsack's relaxation
+//!   (NOTE \[unread-inputs\]; infinite where what may be dropped cannot make room). The
+//!   estimate never passes what a schedule from the state pays (admissible), and in
+//!   backward it is consistent (a replay of `x` lowers it by at most `cost[x]`: its inputs
+//!   are held, so only `x` leaves the set; a free or a step never lowers it). A state
+//!   reached again more cheaply is expanded again, so the first time the search takes the
+//!   end state its cost is the optimum, and the least estimate among the states waiting is
+//!   always a lower bound on it.
 //! - **The limit**: the search stores at most `max_states` states (about 130 bytes each).
 //!   A search that reaches it answers with the lower bound it proved
 //!   ([`Optimum::GaveUp`]), often above [`recompute_lower_bound`](super::recompute_lower_bound)'s
 //!   where budgets are tight (the estimate counts every value a step needs, not one cut).
 //!
 //! The search suits tight budgets (few sets of values fit, and most must be rebuilt: the
-//! estimate is close) and loose ones (few values are dropped); mid-range budgets on long
-//! views have too many equal choices of what to keep. Views of more than 128 nodes are not
-//! searched (one bit per node).
+//! estimate is close); where many layers are equal, looser budgets have too many equal
+//! choices of what to drop (the benchmark's MLP from 20% of its bytes up), and the search
+//! stops with a bound. Views of more than 128 nodes are not searched (one bit per node).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::collections::HashMap;
 
-use super::exact::{MAX_NODES, Move, Problem};
+use super::exact::{MAX_NODES, Move, Problem, bits};
 use super::{GraphView, Schedule};
 
 /// What [`exact_optimum`] found.
@@ -131,16 +145,16 @@ impl Problem {
     }
 
     /// The estimate at a state.
-    fn estimate_at(&self, pos: usize, set: u128, budget: u64, by_rate: &[usize]) -> f64 {
+    fn estimate_at(&self, pos: usize, set: u128, budget: u64, inputs: &Unread) -> f64 {
         let n = self.n;
         if pos >= n {
             return self.estimate(self.read_from[pos - n], set);
         }
         // The values not decided yet count as held, those it may keep as far as they fit.
         let keepable = self.useful[0] & !self.forced_recompute;
-        let undecided = !((1u128 << pos) - 1) & keepable;
-        let decided = self.estimate(self.read_from[0], set | undecided);
-        let wanted = undecided & self.read_from[0];
+        let undecided = !((1u128 << pos) - 1);
+        let decided = self.estimate(self.read_from[0], set | (undecided & keepable));
+        let wanted = undecided & keepable & self.read_from[0];
         let room = budget.saturating_sub(self.held(0, set));
         let mut over = self.held(0, wanted) - self.held(0, 0);
         if over <= room {
@@ -149,19 +163,95 @@ impl Problem {
         // Of the values later steps read, those that do not fit are dropped and replayed:
         // the cheapest per byte first, the last in part (a knapsack's relaxation).
         over -= room;
-        let mut dropped = 0.0;
-        for &v in by_rate {
-            if wanted & (1u128 << v) == 0 || self.bytes[v] == 0 {
-                continue;
-            }
-            let part = self.bytes[v].min(over);
-            dropped += self.cost[v] * part as f64 / self.bytes[v] as f64;
-            over -= part;
-            if over == 0 {
-                break;
+        let mut items = inputs.items.borrow_mut();
+        items.clear();
+        for v in bits(wanted) {
+            let rate = inputs.rate(self, v as usize, undecided);
+            if rate.is_finite() {
+                items.push((rate, self.bytes[v as usize]));
             }
         }
-        decided + dropped
+        items.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut dropped = 0.0;
+        for &(rate, bytes) in items.iter() {
+            let part = bytes.min(over);
+            dropped += rate * part as f64;
+            over -= part;
+            if over == 0 {
+                return decided + dropped;
+            }
+        }
+        // What cannot be dropped does not fit.
+        f64::INFINITY
+    }
+}
+
+/// NOTE [unread-inputs]: the forward pass's estimate prices dropping a value `v` that a
+/// step reads at `cost[v]` per byte it frees, as a replay of it costs. That replay needs
+/// `v`'s inputs held; an input no step reads (a matmul's output before its bias add, say)
+/// is kept only for replays, so dropping `v` either keeps that input (it frees its own
+/// bytes less the input's) or rebuilds it too. Where `v` has one such input `u` not
+/// decided yet, `v`'s rate is the cheaper of the two: `cost[v] / (bytes[v] - bytes[u] / k)`
+/// and `(cost[v] + cost[u] / k) / bytes[v]`, with `k` the nodes that read `u` in a replay
+/// (one replay or one kept copy of `u` may serve them all, so each is charged its share).
+/// It offers `bytes[v]`, the most either frees: a relaxation of the choice, never above
+/// what a schedule pays. Other values keep the rate `cost[v] / bytes[v]`.
+struct Unread {
+    /// Per node: its inputs that no step reads.
+    unread: Vec<u128>,
+    /// Per node: a replay's share of its cost and of its bytes (over the nodes whose
+    /// replays read it).
+    cost_share: Vec<f64>,
+    bytes_share: Vec<f64>,
+    /// The items of one estimate (rate, bytes), kept to save an allocation each.
+    items: std::cell::RefCell<Vec<(f64, u64)>>,
+}
+
+impl Unread {
+    fn new(problem: &Problem) -> Self {
+        let n = problem.n;
+        let mut readers = vec![0u32; n];
+        for v in 0..n {
+            for u in bits(problem.inputs[v]) {
+                readers[u as usize] += 1;
+            }
+        }
+        let share = |x: f64, u: usize| x / f64::from(readers[u].max(1));
+        Self {
+            unread: (0..n)
+                .map(|v| problem.inputs[v] & !problem.read_from[0])
+                .collect(),
+            cost_share: (0..n)
+                .map(|u| match problem.can_replay & (1u128 << u) != 0 {
+                    true => share(problem.cost[u], u),
+                    false => f64::INFINITY,
+                })
+                .collect(),
+            bytes_share: (0..n).map(|u| share(problem.bytes[u] as f64, u)).collect(),
+            items: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The rate (cost per byte freed) of dropping `v` while `undecided` are not decided.
+    fn rate(&self, problem: &Problem, v: usize, undecided: u128) -> f64 {
+        let (cost, bytes) = (problem.cost[v], problem.bytes[v] as f64);
+        if bytes == 0.0 {
+            return f64::INFINITY;
+        }
+        let open = self.unread[v] & undecided;
+        if open.count_ones() != 1 {
+            return cost / bytes;
+        }
+        let u = open.trailing_zeros() as usize;
+        let keepable = (problem.useful[0] & !problem.forced_recompute) & (1u128 << u) != 0;
+        let kept = bytes - self.bytes_share[u];
+        let keep_it = if keepable && kept > 0.0 {
+            cost / kept
+        } else {
+            f64::INFINITY
+        };
+        let rebuild_it = (cost + self.cost_share[u]) / bytes;
+        keep_it.min(rebuild_it)
     }
 }
 
@@ -204,13 +294,8 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
     let mut states: Vec<State> = Vec::new();
     let mut index: HashMap<(u32, u128), u32> = HashMap::new();
     let mut queue = BinaryHeap::new();
-    // The nodes by replay cost per byte, for the forward pass's estimate.
-    let mut by_rate: Vec<usize> = (0..n).filter(|&v| view.nodes()[v].bytes > 0).collect();
-    by_rate.sort_by(|&a, &b| {
-        let rate = |v: usize| problem.cost[v] / view.nodes()[v].bytes as f64;
-        rate(a).total_cmp(&rate(b))
-    });
-    let start = problem.estimate_at(0, 0, budget, &by_rate);
+    let unread = Unread::new(&problem);
+    let start = problem.estimate_at(0, 0, budget, &unread);
     if start < below {
         states.push(State {
             pos: 0,
@@ -258,7 +343,7 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
             });
         }
         for &(to, next, c, how) in &successors {
-            let rest = problem.estimate_at(to, next, budget, &by_rate);
+            let rest = problem.estimate_at(to, next, budget, &unread);
             if rest.is_infinite() {
                 continue;
             }
@@ -270,9 +355,12 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
             let id_next = match index.get(&key) {
                 Some(&k) => {
                     let known = &mut states[k as usize];
-                    if known.done || reached >= known.cost {
+                    if reached >= known.cost {
                         continue;
                     }
+                    // Reached more cheaply: expanded again (the forward pass's estimate is
+                    // admissible, not consistent).
+                    known.done = false;
                     known.cost = reached;
                     known.from = id;
                     known.how = how;
@@ -280,9 +368,17 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
                 }
                 None => {
                     if states.len() >= max_states {
+                        // Every schedule passes a state in the queue or this one.
+                        let waiting = queue
+                            .iter()
+                            .filter(|e| {
+                                let s = &states[e.id as usize];
+                                !s.done && e.cost == s.cost
+                            })
+                            .map(|e| e.estimate);
                         return Optimum::GaveUp {
                             states: states.len(),
-                            bound: estimate,
+                            bound: waiting.fold(estimate, f64::min),
                         };
                     }
                     let k = states.len() as u32;
