@@ -577,7 +577,8 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
     Ok(run)
 }
 
-/// NOTE [warm-floors]: the planner's plan, the chain's plan, the lower bound and the time
+/// NOTE [warm-floors]: the planner's plan, the chain's plan, the exact optimum where the
+/// search finds it (else the bound it proved), the lower bound and the time
 /// planning takes at each budget that ran, on `view`: the view of a step of the
 /// `Budget(u64::MAX)` point taken after the timed rounds. Its op times are the ones the
 /// engine planned with: a replay's cost is its own measured time once replays of its kind
@@ -598,7 +599,19 @@ fn plan_points(points: &mut [report::BudgetInfo], view: &remat::planner::GraphVi
             .ok()
             .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
             .map(|o| o.recompute_cost);
-        point.bound_ns = Some(remat::planner::recompute_lower_bound(view, bytes));
+        let bound = remat::planner::recompute_lower_bound(view, bytes);
+        let searched = remat::planner::exact_optimum(view, bytes, report::SEARCH_STATES);
+        let (optimum, proved) = match searched {
+            remat::planner::Optimum::Found { cost, .. } => (Some(cost), cost),
+            remat::planner::Optimum::GaveUp { bound, .. } => (None, bound),
+            remat::planner::Optimum::Infeasible { .. } => {
+                // The engine ran this budget: a search that finds nothing is wrong.
+                eprintln!("   the exact search found no schedule at {bytes} bytes, which ran");
+                (None, 0.0)
+            }
+        };
+        point.optimum_ns = optimum;
+        point.bound_ns = Some(bound.max(proved));
         point.chain_ns = remat::planner::chain_plan(view, bytes)
             .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
             .map(|o| o.recompute_cost);

@@ -18,6 +18,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::mask::Mask;
 use super::{Action, Forced, GraphView, Schedule};
 
 /// The largest view the planner solves exactly (states: `(n + 1) 2^n`).
@@ -32,7 +33,7 @@ pub(super) enum Move {
     /// Drop a held value.
     Free(u32),
     /// Replay `x`, dropping the inputs in the mask (read last by it).
-    Replay(u32, u128),
+    Replay(u32, Mask),
     /// Run the step at the position; drop what no later step can need.
     Step,
 }
@@ -43,27 +44,27 @@ pub(super) struct Problem {
     pub(super) n: usize,
     pub(super) bytes: Vec<u64>,
     pub(super) cost: Vec<f64>,
-    pub(super) inputs: Vec<u128>,
-    pub(super) can_replay: u128,
-    forced_keep: u128,
-    pub(super) forced_recompute: u128,
+    pub(super) inputs: Vec<Mask>,
+    pub(super) can_replay: Mask,
+    forced_keep: Mask,
+    pub(super) forced_recompute: Mask,
     /// Reads of the step at each position, and the step's node.
-    reads: Vec<u128>,
+    reads: Vec<Mask>,
     steps: Vec<usize>,
     /// Constants of the nodes not stepped before each position.
     fixed: Vec<u64>,
     /// Values some step at or after each position may need.
-    pub(super) useful: Vec<u128>,
+    pub(super) useful: Vec<Mask>,
     /// Forced-Keep values still read at or after each position.
-    pub(super) pinned_reads: Vec<u128>,
+    pub(super) pinned_reads: Vec<Mask>,
     /// The nodes stepped before each position.
-    stepped: Vec<u128>,
+    stepped: Vec<Mask>,
     /// Values some step at or after each position reads.
-    pub(super) read_from: Vec<u128>,
+    pub(super) read_from: Vec<Mask>,
 }
 
 /// The most nodes a [`Problem`] takes (one bit each).
-pub(super) const MAX_NODES: usize = 128;
+pub(super) const MAX_NODES: usize = Mask::CAPACITY;
 
 impl Problem {
     pub(super) fn new(view: &GraphView) -> Self {
@@ -73,8 +74,8 @@ impl Problem {
             "the exact solvers take at most {MAX_NODES} nodes"
         );
         let nodes = view.nodes();
-        let bit = |v: u32| 1u128 << v;
-        let mask = |vs: &[u32]| vs.iter().fold(0u128, |m, &v| m | bit(v));
+        let bit = Mask::bit;
+        let mask = Mask::of;
         let mut position = vec![0usize; n];
         for (p, &s) in view.step_order().iter().enumerate() {
             position[s as usize] = p;
@@ -102,23 +103,23 @@ impl Problem {
             .map(|p| {
                 (0..n)
                     .filter(|&v| last_use[v].is_some_and(|l| l >= p))
-                    .fold(0, |m, v| m | bit(v as u32))
+                    .fold(Mask::EMPTY, |m, v| m | bit(v as u32))
             })
             .collect();
-        let reads: Vec<u128> = view
+        let reads: Vec<Mask> = view
             .step_order()
             .iter()
             .map(|&s| mask(&nodes[s as usize].step_reads))
             .collect();
-        let mut read_from = vec![0u128; n + 1];
+        let mut read_from = vec![Mask::EMPTY; n + 1];
         for p in (0..n).rev() {
             read_from[p] = read_from[p + 1] | reads[p];
         }
         let forced_keep = (0..n)
             .filter(|&v| nodes[v].forced == Some(Forced::Keep))
-            .fold(0, |m, v| m | bit(v as u32));
+            .fold(Mask::EMPTY, |m, v| m | bit(v as u32));
         let pinned_reads = read_from.iter().map(|&r| r & forced_keep).collect();
-        let mut stepped = vec![0u128; n + 1];
+        let mut stepped = vec![Mask::EMPTY; n + 1];
         for (p, &s) in view.step_order().iter().enumerate() {
             stepped[p + 1] = stepped[p] | bit(s);
         }
@@ -130,11 +131,11 @@ impl Problem {
             inputs: nodes.iter().map(|x| mask(&x.inputs)).collect(),
             can_replay: (0..n)
                 .filter(|&v| nodes[v].replayable && nodes[v].forced != Some(Forced::Keep))
-                .fold(0, |m, v| m | bit(v as u32)),
+                .fold(Mask::EMPTY, |m, v| m | bit(v as u32)),
             forced_keep,
             forced_recompute: (0..n)
                 .filter(|&v| nodes[v].forced == Some(Forced::Recompute))
-                .fold(0, |m, v| m | bit(v as u32)),
+                .fold(Mask::EMPTY, |m, v| m | bit(v as u32)),
             reads,
             steps: view.step_order().iter().map(|&s| s as usize).collect(),
             fixed,
@@ -156,20 +157,13 @@ impl Problem {
 
     /// The bytes held at position `p` with `set` held: the values and the constants of the
     /// nodes not stepped yet.
-    pub(super) fn held(&self, p: usize, set: u128) -> u64 {
-        let mut bytes = self.fixed[p];
-        let mut rest = set;
-        while rest != 0 {
-            let v = rest.trailing_zeros() as usize;
-            bytes += self.bytes[v];
-            rest &= rest - 1;
-        }
-        bytes
+    pub(super) fn held(&self, p: usize, set: Mask) -> u64 {
+        self.fixed[p] + set.iter().map(|v| self.bytes[v as usize]).sum::<u64>()
     }
 
-    fn index(&self, p: usize, set: u128) -> usize {
+    fn index(&self, p: usize, set: Mask) -> usize {
         debug_assert!(self.n <= DENSE_MAX_NODES);
-        (p << self.n) | set as usize
+        (p << self.n) | set.low()
     }
 
     /// Calls `f(next_p, next_set, cost, move)` for every transition out of `(p, set)` that
@@ -181,10 +175,10 @@ impl Problem {
     pub(super) fn transitions(
         &self,
         p: usize,
-        set: u128,
+        set: Mask,
         budget: u64,
         lazy: bool,
-        mut f: impl FnMut(usize, u128, f64, Move),
+        mut f: impl FnMut(usize, Mask, f64, Move),
     ) {
         let n = self.n;
         if p == n {
@@ -192,19 +186,19 @@ impl Problem {
         }
         let held = self.held(p, set);
         let candidates = self.can_replay & self.useful[p] & !set & !self.stepped[p];
-        let ready = |x: usize| self.inputs[x] & !set == 0;
+        let ready = |x: usize| (self.inputs[x] & !set).is_empty();
         // Free.
-        let cramped = bits(candidates).any(|x| {
+        let cramped = candidates.iter().any(|x| {
             let x = x as usize;
             ready(x) && held + self.bytes[x] > budget
         });
         if cramped || !lazy {
-            for v in bits(set & !self.pinned_reads[p]) {
-                f(p, set & !(1u128 << v), 0.0, Move::Free(v));
+            for v in (set & !self.pinned_reads[p]).iter() {
+                f(p, set & !Mask::bit(v), 0.0, Move::Free(v));
             }
         }
         // Replay.
-        for x in bits(candidates) {
+        for x in candidates.iter() {
             let x = x as usize;
             if !ready(x) {
                 continue;
@@ -213,28 +207,28 @@ impl Problem {
             // Every subset of the takeable inputs (lazy: the least ones that make it fit).
             let mut sub = takeable;
             loop {
-                let next = (set | (1u128 << x)) & !sub;
-                let fits = |next: u128| self.held(p, next) <= budget;
-                if fits(next) && (!lazy || bits(sub).all(|u| !fits(next | (1u128 << u)))) {
+                let next = (set | Mask::bit(x as u32)) & !sub;
+                let fits = |next: Mask| self.held(p, next) <= budget;
+                if fits(next) && (!lazy || sub.iter().all(|u| !fits(next | Mask::bit(u)))) {
                     f(p, next, self.cost[x], Move::Replay(x as u32, sub));
                 }
-                if sub == 0 {
+                if sub.is_empty() {
                     break;
                 }
-                sub = (sub - 1) & takeable;
+                sub = sub.prev_subset(takeable);
             }
         }
         // Step.
-        if self.reads[p] & !set == 0 {
+        if (self.reads[p] & !set).is_empty() {
             f(p + 1, set & self.useful[p + 1], 0.0, Move::Step);
         }
     }
 
     /// The start states: every keepable set that fits after the forward pass.
-    fn starts(&self, budget: u64, mut f: impl FnMut(u128)) {
+    fn starts(&self, budget: u64, mut f: impl FnMut(Mask)) {
         let keepable = self.useful[0] & !self.forced_recompute;
         let must = self.pinned_reads[0];
-        if must & !keepable != 0 {
+        if !(must & !keepable).is_empty() {
             return;
         }
         let free = keepable & !must;
@@ -244,17 +238,17 @@ impl Problem {
             if self.held(0, set) <= budget {
                 f(set);
             }
-            if sub == 0 {
+            if sub.is_empty() {
                 break;
             }
-            sub = (sub - 1) & free;
+            sub = sub.prev_subset(free);
         }
         let _ = self.forced_keep;
     }
 }
 
 #[derive(PartialEq)]
-struct Entry(f64, usize, u128);
+struct Entry(f64, usize, Mask);
 
 impl Eq for Entry {}
 
@@ -306,13 +300,14 @@ pub(crate) fn min_budget(view: &GraphView) -> u64 {
     let n = problem.n;
     // Minimax Dijkstra: the cost of a path is the most it holds.
     let mut best = vec![u64::MAX; (n + 1) << n];
-    let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize, u128)>> = BinaryHeap::new();
+    let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize, usize)>> = BinaryHeap::new();
     problem.starts(u64::MAX, |set| {
         let held = problem.held(0, set);
         best[problem.index(0, set)] = held;
-        heap.push(std::cmp::Reverse((held, 0, set)));
+        heap.push(std::cmp::Reverse((held, 0, set.low())));
     });
     while let Some(std::cmp::Reverse((peak, p, set))) = heap.pop() {
+        let set = Mask::from_low(set);
         if peak > best[problem.index(p, set)] {
             continue;
         }
@@ -324,7 +319,7 @@ pub(crate) fn min_budget(view: &GraphView) -> u64 {
             let k = problem.index(q, next);
             if next_peak < best[k] {
                 best[k] = next_peak;
-                heap.push(std::cmp::Reverse((next_peak, q, next)));
+                heap.push(std::cmp::Reverse((next_peak, q, next.low())));
             }
         });
     }
@@ -371,12 +366,15 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     let mut k = end?;
     let mut moves = Vec::new();
     while let Some((prev, how)) = from[k] {
-        let (p, set) = (prev as usize >> n, (prev as usize & ((1 << n) - 1)) as u128);
+        let (p, set) = (
+            prev as usize >> n,
+            Mask::from_low(prev as usize & ((1 << n) - 1)),
+        );
         moves.push((p, set, how));
         k = prev as usize;
     }
     moves.reverse();
-    let kept = (k & ((1 << n) - 1)) as u128;
+    let kept = Mask::from_low(k & ((1 << n) - 1));
     Some(problem.schedule(view, kept, &moves))
 }
 
@@ -386,8 +384,8 @@ impl Problem {
     pub(super) fn schedule(
         &self,
         view: &GraphView,
-        kept: u128,
-        moves: &[(usize, u128, Move)],
+        kept: Mask,
+        moves: &[(usize, Mask, Move)],
     ) -> Schedule {
         let mut out = forward(view, kept);
         for &(p, set, how) in moves {
@@ -395,11 +393,11 @@ impl Problem {
                 Move::Free(v) => out.push(Action::Free(v)),
                 Move::Replay(x, taken) => {
                     out.push(Action::Replay(x));
-                    out.extend(bits(taken & !(1u128 << x)).map(Action::Free));
+                    out.extend((taken & !Mask::bit(x)).iter().map(Action::Free));
                 }
                 Move::Step => {
                     out.push(Action::Step(self.steps[p] as u32));
-                    out.extend(bits(set & !self.useful[p + 1]).map(Action::Free));
+                    out.extend((set & !self.useful[p + 1]).iter().map(Action::Free));
                 }
             }
         }
@@ -409,10 +407,10 @@ impl Problem {
 
 /// The forward pass keeping `kept`: each value right after the last op that has it in hand
 /// (its own, or the last forward op reading it).
-fn forward(view: &GraphView, kept: u128) -> Vec<Action> {
+fn forward(view: &GraphView, kept: Mask) -> Vec<Action> {
     let n = view.len();
     let mut at: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for v in bits(kept) {
+    for v in kept.iter() {
         let last = view
             .nodes()
             .iter()
@@ -428,15 +426,4 @@ fn forward(view: &GraphView, kept: u128) -> Vec<Action> {
         out.extend(keeps.into_iter().map(Action::Keep));
     }
     out
-}
-
-/// The set bits of `mask`, lowest first.
-pub(super) fn bits(mut mask: u128) -> impl Iterator<Item = u32> {
-    std::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let b = mask.trailing_zeros();
-            mask &= mask - 1;
-            b
-        })
-    })
 }

@@ -81,6 +81,7 @@ mod error;
 pub(crate) mod exact;
 mod exec;
 mod feasible;
+mod mask;
 mod plan;
 pub mod revolve;
 pub(crate) mod rotor;

@@ -40,13 +40,15 @@
 //! The search suits tight budgets (few sets of values fit, and most must be rebuilt: the
 //! estimate is close); where many layers are equal, looser budgets have too many equal
 //! choices of what to drop (the benchmark's MLP from 20% of its bytes up), and the search
-//! stops with a bound. Views of more than 128 nodes are not searched (one bit per node).
+//! stops with a bound. Views of more than 128 nodes are not searched (one bit per node,
+//! `mask.rs`).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::collections::HashMap;
 
-use super::exact::{MAX_NODES, Move, Problem, bits};
+use super::exact::{MAX_NODES, Move, Problem};
+use super::mask::Mask;
 use super::{GraphView, Schedule};
 
 /// What [`exact_optimum`] found.
@@ -82,7 +84,7 @@ pub enum Optimum {
 struct State {
     /// `i < n`: the forward pass deciding node `i`; `n + p`: backward position `p`.
     pos: u32,
-    set: u128,
+    set: Mask,
     /// The least cost found to reach it, the state it came from and how (`None`: a forward
     /// decision, or the start).
     cost: f64,
@@ -126,16 +128,16 @@ impl Problem {
     /// The estimate of the recompute still to come (see the module docs): the cost of the
     /// values later steps read that are not in `held`, with their inputs not in `held`,
     /// transitively; infinite where one of them cannot be replayed.
-    fn estimate(&self, read_later: u128, held: u128) -> f64 {
+    fn estimate(&self, read_later: Mask, held: Mask) -> f64 {
         let mut seen = read_later & !held;
         let mut stack = seen;
         let mut total = 0.0;
-        while stack != 0 {
-            let x = stack.trailing_zeros() as usize;
-            stack &= stack - 1;
-            if self.can_replay & (1u128 << x) == 0 {
+        while let Some(x) = stack.first() {
+            stack &= !Mask::bit(x);
+            if !self.can_replay.has(x) {
                 return f64::INFINITY;
             }
+            let x = x as usize;
             total += self.cost[x];
             let more = self.inputs[x] & !held & !seen;
             seen |= more;
@@ -145,18 +147,18 @@ impl Problem {
     }
 
     /// The estimate at a state.
-    fn estimate_at(&self, pos: usize, set: u128, budget: u64, inputs: &Unread) -> f64 {
+    fn estimate_at(&self, pos: usize, set: Mask, budget: u64, inputs: &Unread) -> f64 {
         let n = self.n;
         if pos >= n {
             return self.estimate(self.read_from[pos - n], set);
         }
         // The values not decided yet count as held, those it may keep as far as they fit.
         let keepable = self.useful[0] & !self.forced_recompute;
-        let undecided = !((1u128 << pos) - 1);
+        let undecided = !Mask::below(pos);
         let decided = self.estimate(self.read_from[0], set | (undecided & keepable));
         let wanted = undecided & keepable & self.read_from[0];
         let room = budget.saturating_sub(self.held(0, set));
-        let mut over = self.held(0, wanted) - self.held(0, 0);
+        let mut over = self.held(0, wanted) - self.held(0, Mask::EMPTY);
         if over <= room {
             return decided;
         }
@@ -165,7 +167,7 @@ impl Problem {
         over -= room;
         let mut items = inputs.items.borrow_mut();
         items.clear();
-        for v in bits(wanted) {
+        for v in wanted.iter() {
             let rate = inputs.rate(self, v as usize, undecided);
             if rate.is_finite() {
                 items.push((rate, self.bytes[v as usize]));
@@ -198,7 +200,7 @@ impl Problem {
 /// what a schedule pays. Other values keep the rate `cost[v] / bytes[v]`.
 struct Unread {
     /// Per node: its inputs that no step reads.
-    unread: Vec<u128>,
+    unread: Vec<Mask>,
     /// Per node: a replay's share of its cost and of its bytes (over the nodes whose
     /// replays read it).
     cost_share: Vec<f64>,
@@ -212,7 +214,7 @@ impl Unread {
         let n = problem.n;
         let mut readers = vec![0u32; n];
         for v in 0..n {
-            for u in bits(problem.inputs[v]) {
+            for u in problem.inputs[v].iter() {
                 readers[u as usize] += 1;
             }
         }
@@ -222,7 +224,7 @@ impl Unread {
                 .map(|v| problem.inputs[v] & !problem.read_from[0])
                 .collect(),
             cost_share: (0..n)
-                .map(|u| match problem.can_replay & (1u128 << u) != 0 {
+                .map(|u| match problem.can_replay.has(u as u32) {
                     true => share(problem.cost[u], u),
                     false => f64::INFINITY,
                 })
@@ -233,17 +235,17 @@ impl Unread {
     }
 
     /// The rate (cost per byte freed) of dropping `v` while `undecided` are not decided.
-    fn rate(&self, problem: &Problem, v: usize, undecided: u128) -> f64 {
+    fn rate(&self, problem: &Problem, v: usize, undecided: Mask) -> f64 {
         let (cost, bytes) = (problem.cost[v], problem.bytes[v] as f64);
         if bytes == 0.0 {
             return f64::INFINITY;
         }
         let open = self.unread[v] & undecided;
-        if open.count_ones() != 1 {
+        let Some(u) = open.first().filter(|_| open.count() == 1) else {
             return cost / bytes;
-        }
-        let u = open.trailing_zeros() as usize;
-        let keepable = (problem.useful[0] & !problem.forced_recompute) & (1u128 << u) != 0;
+        };
+        let keepable = (problem.useful[0] & !problem.forced_recompute).has(u);
+        let u = u as usize;
         let kept = bytes - self.bytes_share[u];
         let keep_it = if keepable && kept > 0.0 {
             cost / kept
@@ -288,24 +290,24 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
     let n = problem.n;
     let keepable = problem.useful[0] & !problem.forced_recompute;
     let must = problem.pinned_reads[0];
-    if must & !keepable != 0 || problem.held(0, 0) > budget {
+    if !(must & !keepable).is_empty() || problem.held(0, Mask::EMPTY) > budget {
         return Optimum::Infeasible { states: 0 };
     }
     let mut states: Vec<State> = Vec::new();
-    let mut index: HashMap<(u32, u128), u32> = HashMap::new();
+    let mut index: HashMap<(u32, Mask), u32> = HashMap::new();
     let mut queue = BinaryHeap::new();
     let unread = Unread::new(&problem);
-    let start = problem.estimate_at(0, 0, budget, &unread);
+    let start = problem.estimate_at(0, Mask::EMPTY, budget, &unread);
     if start < below {
         states.push(State {
             pos: 0,
-            set: 0,
+            set: Mask::EMPTY,
             cost: 0.0,
             from: u32::MAX,
             how: None,
             done: false,
         });
-        index.insert((0, 0), 0);
+        index.insert((0, Mask::EMPTY), 0);
         queue.push(Entry {
             estimate: start,
             cost: 0.0,
@@ -313,7 +315,7 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
         });
     }
     let end = 2 * n as u32;
-    let mut successors: Vec<(usize, u128, f64, Option<Move>)> = Vec::new();
+    let mut successors: Vec<(usize, Mask, f64, Option<Move>)> = Vec::new();
     while let Some(Entry { estimate, cost, id }) = queue.pop() {
         let state = &mut states[id as usize];
         if state.done || cost > state.cost {
@@ -330,11 +332,11 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
         }
         successors.clear();
         if pos < n {
-            let bit = 1u128 << pos;
-            if keepable & bit != 0 && problem.held(0, set | bit) <= budget {
+            let bit = Mask::bit(pos as u32);
+            if keepable.has(pos as u32) && problem.held(0, set | bit) <= budget {
                 successors.push((pos + 1, set | bit, 0.0, None));
             }
-            if must & bit == 0 {
+            if !must.has(pos as u32) {
                 successors.push((pos + 1, set, 0.0, None));
             }
         } else {
