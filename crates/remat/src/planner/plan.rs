@@ -124,7 +124,7 @@ pub(crate) struct PlanWork {
 }
 
 /// The most states the planner's last search stores (NOTE [search-last]): about 3 us and
-/// 130 bytes each (with the queue and the tables' growth, about 200).
+/// 200 bytes each.
 const SEARCH_STATES: usize = 20_000;
 
 /// The last search stores at most one state per this many bytes of the view's values: its
