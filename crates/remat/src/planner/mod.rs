@@ -51,6 +51,10 @@
 //!   program for general chains (`chain.rs`), and a bounded search over the executor's
 //!   decisions); [`revolve::replays`]
 //!   (Revolve's optimum, closed form).
+//! - [`exact_optimum`]: the least recompute of any schedule, for views of at most 128 ops,
+//!   by an A* search with a limit on the states it stores (NOTE \[exact-search\] in
+//!   `search.rs`); where it stops, the lower bound it proved. [`plan`] ends with a short
+//!   one for a schedule cheaper than its portfolio's (NOTE \[search-last\] in `plan.rs`).
 //! - [`recompute_lower_bound`]: the least recompute any schedule needs under a budget (a
 //!   Lagrangian relaxation solved by min cuts, NOTE \[recompute-bound\] in `bound.rs`, or
 //!   near the smallest budget the rebuilds between steps that leave room for nothing else,
