@@ -47,7 +47,9 @@ pub(super) struct Problem {
     pub(super) inputs: Vec<Mask>,
     pub(super) can_replay: Mask,
     forced_keep: Mask,
-    pub(super) forced_recompute: Mask,
+    /// Values the forward pass may keep: some step may need them and no mark says
+    /// Recompute.
+    pub(super) keepable: Mask,
     /// Reads of the step at each position, and the step's node.
     reads: Vec<Mask>,
     steps: Vec<usize>,
@@ -99,7 +101,7 @@ impl Problem {
             }
             last_use[v] = last;
         }
-        let useful = (0..=n)
+        let useful: Vec<Mask> = (0..=n)
             .map(|p| {
                 (0..n)
                     .filter(|&v| last_use[v].is_some_and(|l| l >= p))
@@ -124,6 +126,9 @@ impl Problem {
             stepped[p + 1] = stepped[p] | bit(s);
         }
         let fixed = view.constants_from();
+        let forced_recompute = (0..n)
+            .filter(|&v| nodes[v].forced == Some(Forced::Recompute))
+            .fold(Mask::EMPTY, |m, v| m | bit(v as u32));
         Self {
             n,
             bytes: nodes.iter().map(|x| x.bytes).collect(),
@@ -133,9 +138,7 @@ impl Problem {
                 .filter(|&v| nodes[v].replayable && nodes[v].forced != Some(Forced::Keep))
                 .fold(Mask::EMPTY, |m, v| m | bit(v as u32)),
             forced_keep,
-            forced_recompute: (0..n)
-                .filter(|&v| nodes[v].forced == Some(Forced::Recompute))
-                .fold(Mask::EMPTY, |m, v| m | bit(v as u32)),
+            keepable: useful[0] & !forced_recompute,
             reads,
             steps: view.step_order().iter().map(|&s| s as usize).collect(),
             fixed,
@@ -158,7 +161,12 @@ impl Problem {
     /// The bytes held at position `p` with `set` held: the values and the constants of the
     /// nodes not stepped yet.
     pub(super) fn held(&self, p: usize, set: Mask) -> u64 {
-        self.fixed[p] + set.iter().map(|v| self.bytes[v as usize]).sum::<u64>()
+        self.fixed[p] + self.bytes_of(set)
+    }
+
+    /// The bytes of the values in `set`.
+    pub(super) fn bytes_of(&self, set: Mask) -> u64 {
+        set.iter().map(|v| self.bytes[v as usize]).sum()
     }
 
     fn index(&self, p: usize, set: Mask) -> usize {
@@ -226,12 +234,11 @@ impl Problem {
 
     /// The start states: every keepable set that fits after the forward pass.
     fn starts(&self, budget: u64, mut f: impl FnMut(Mask)) {
-        let keepable = self.useful[0] & !self.forced_recompute;
         let must = self.pinned_reads[0];
-        if !(must & !keepable).is_empty() {
+        if !(must & !self.keepable).is_empty() {
             return;
         }
-        let free = keepable & !must;
+        let free = self.keepable & !must;
         let mut sub = free;
         loop {
             let set = must | sub;

@@ -154,12 +154,11 @@ impl Problem {
             return self.estimate(self.read_from[pos - n], set);
         }
         // The values not decided yet count as held, those it may keep as far as they fit.
-        let keepable = self.useful[0] & !self.forced_recompute;
         let undecided = !Mask::below(pos);
-        let decided = self.estimate(self.read_from[0], set | (undecided & keepable));
-        let wanted = undecided & keepable & self.read_from[0];
+        let decided = self.estimate(self.read_from[0], set | (undecided & self.keepable));
+        let wanted = undecided & self.keepable & self.read_from[0];
         let room = budget.saturating_sub(self.held(0, set));
-        let mut over = self.held(0, wanted) - self.held(0, Mask::EMPTY);
+        let mut over = self.bytes_of(wanted);
         if over <= room {
             return decided;
         }
@@ -245,7 +244,7 @@ impl Unread {
         let Some(u) = open.first().filter(|_| open.count() == 1) else {
             return cost / bytes;
         };
-        let keepable = (problem.useful[0] & !problem.forced_recompute).has(u);
+        let keepable = problem.keepable.has(u);
         let u = u as usize;
         let kept = bytes - self.bytes_share[u];
         let keep_it = if keepable && kept > 0.0 {
@@ -289,9 +288,8 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
     }
     let problem = Problem::new(view);
     let n = problem.n;
-    let keepable = problem.useful[0] & !problem.forced_recompute;
     let must = problem.pinned_reads[0];
-    if !(must & !keepable).is_empty() || problem.held(0, Mask::EMPTY) > budget {
+    if !(must & !problem.keepable).is_empty() || problem.held(0, Mask::EMPTY) > budget {
         return Optimum::Infeasible { states: 0 };
     }
     let mut states: Vec<State> = Vec::new();
@@ -334,7 +332,7 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
         successors.clear();
         if pos < n {
             let bit = Mask::bit(pos as u32);
-            if keepable.has(pos as u32) && problem.held(0, set | bit) <= budget {
+            if problem.keepable.has(pos as u32) && problem.held(0, set | bit) <= budget {
                 successors.push((pos + 1, set | bit, 0.0, None));
             }
             if !must.has(pos as u32) {
