@@ -136,12 +136,99 @@ const FLAT_GROUP: usize = 64;
 /// (at most [`UNITS`]) may hold many boundaries of a long chain of small blocks: at 300
 /// slots of a 10,000-stage chain a unit held four, so the DP saw 75 checkpoints where 300
 /// fit, and replayed up to a forward pass more than Revolve. A run's tables have
-/// `(blocks + 1) (units + 1)` entries each (at most [`RUN_ENTRIES`]), O(log blocks)
+/// `(blocks + 1) (units + 1)` entries each (at most [`MAX_BLOCKS`] blocks at [`RUN_UNITS`] units), O(log blocks)
 /// work per entry, so it can afford boundary-sized units up to this many; beyond it a unit
 /// holds a few boundaries of a chain whose every checkpoint fits anyway.
 const RUN_UNITS: u64 = 1024;
 
 const INF: f64 = f64::INFINITY;
+
+// NOTE [planner-memory]: the DP's tables are the planner's memory, and the planner runs in
+// the step it plans for (after the first backward pass under a budget, when the plan for the
+// next steps is made), so they count in the process's peak as much as the values the budget
+// bounds. At full resolution they took 35-44 MB planning a 400-block recurrence of 80 KB
+// matrices under budgets of 1.6 to 32 MB: the first step's heap peaked at 1.3x SaveAll's
+// whatever the budget. The tables of one solve may now take at most [`table_cap`] of the
+// room (half of it, at least [`MIN_TABLE_CAP`]): the chain is solved once at 1/32 of the
+// units, its tables' peak counted (they grow linearly with the units), and then at the units
+// that peak affords, at most the full resolution. Coarser units cost a little plan quality
+// on long chains at large budgets, never validity (boundaries round up).
+
+/// The least memory the tables of one solve may take (NOTE \[planner-memory\]).
+const MIN_TABLE_CAP: u64 = 16 << 20;
+
+/// Table bytes a solve may take per op of the view (NOTE \[planner-memory\]).
+const TABLE_BYTES_PER_OP: u64 = 2048;
+
+/// The memory the DP's tables may take for a room of `room` bytes in a view of `ops` ops
+/// (NOTE \[planner-memory\]).
+pub(crate) fn table_cap(room: u64, ops: usize) -> u64 {
+    (room / 2)
+        .max(MIN_TABLE_CAP)
+        .max(TABLE_BYTES_PER_OP.saturating_mul(ops as u64))
+}
+
+/// The share of the full resolution's units the probe solves at (NOTE \[planner-memory\]).
+const PROBE: f64 = 1.0 / 32.0;
+
+/// The fewest units a solve uses, however little memory its tables may take.
+const MIN_UNITS: u64 = 4;
+
+/// `units` at `fraction` of the full resolution, at least [`MIN_UNITS`].
+fn scaled(units: u64, fraction: f64) -> u64 {
+    ((units as f64 * fraction).round() as u64).clamp(MIN_UNITS.min(units), units)
+}
+
+/// Table entries of a level of `n` items at `width` rooms: `rev` pinned and owned, three
+/// `top`s.
+fn level_entries(n: usize, width: usize) -> u64 {
+    ((2 * n * n + 3 * n) * width) as u64
+}
+
+/// Bytes of one table entry: a cost and a choice.
+const ENTRY_BYTES: u64 = 12;
+
+thread_local! {
+    /// Bytes of DP tables alive on this thread, and their peak since the last
+    /// [`TableMeter::start`] (NOTE \[planner-memory\]).
+    static TABLE_BYTES: core::cell::Cell<(u64, u64)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// Counts the bytes of a set of DP tables while they live (NOTE \[planner-memory\]).
+struct TableMeter(u64);
+
+impl TableMeter {
+    fn new(bytes: u64) -> Self {
+        TABLE_BYTES.with(|c| {
+            let (live, peak) = c.get();
+            c.set((live + bytes, peak.max(live + bytes)));
+        });
+        Self(bytes)
+    }
+
+    /// Restarts the peak at the bytes alive now; returns that level.
+    fn start() -> u64 {
+        TABLE_BYTES.with(|c| {
+            let (live, _) = c.get();
+            c.set((live, live));
+            live
+        })
+    }
+
+    /// The peak since [`TableMeter::start`].
+    fn peak() -> u64 {
+        TABLE_BYTES.with(|c| c.get().1)
+    }
+}
+
+impl Drop for TableMeter {
+    fn drop(&mut self) {
+        TABLE_BYTES.with(|c| {
+            let (live, peak) = c.get();
+            c.set((live.saturating_sub(self.0), peak));
+        });
+    }
+}
 
 /// A choice of the DP: the base case, the tape of inner plan `k` (`TAPE + k`), or a split
 /// at `s'` (`SPLIT + s'`).
@@ -214,6 +301,8 @@ struct Level {
     /// `top` with the input of `s` not held (NOTE \[rotor-absent\]).
     top_absent: Vec<f64>,
     top_absent_choice: Vec<u32>,
+    /// Counts the tables (NOTE \[planner-memory\]).
+    _meter: TableMeter,
 }
 
 /// The memory scale of one planning: bytes per unit and the most units.
@@ -328,7 +417,9 @@ impl Level {
         for (k, item) in items.iter().enumerate() {
             fixed_before[k + 1] = fixed_before[k] + item.fixed;
         }
+        let entries = level_entries(n, width);
         let mut level = Self {
+            _meter: TableMeter::new(entries as u64 * ENTRY_BYTES),
             items,
             fixed_before,
             input_units,
@@ -636,6 +727,34 @@ impl<'a> Rotor<'a> {
         let fixed = fixed_total(view);
         let all: u64 = view.nodes().iter().map(|n| n.bytes).sum();
         let room = budget.checked_sub(fixed)?.min(all);
+        // NOTE [planner-memory]: a probe at a tenth of the units, then the units its tables'
+        // peak affords within the cap.
+        let cap = table_cap(room, view.len());
+        let before = TableMeter::start();
+        let probe = Self::solve_at(view, stages, room, group, lean, PROBE, cap);
+        let probe_peak = TableMeter::peak().saturating_sub(before);
+        let affordable = (cap as f64 / (probe_peak.max(1) as f64 / PROBE)).min(1.0);
+        if affordable < PROBE * 1.25 {
+            return probe;
+        }
+        drop(probe);
+        Self::solve_at(view, stages, room, group, lean, affordable, cap)
+    }
+
+    /// [`Rotor::with_group`] at `fraction` of the full resolution's units, its levels no
+    /// wider than tables of `cap` bytes allow at [`MIN_UNITS`] (NOTE \[planner-memory\]).
+    fn solve_at(
+        view: &'a GraphView,
+        stages: &'a Stages,
+        room: u64,
+        group: usize,
+        lean: bool,
+        fraction: f64,
+        cap: u64,
+    ) -> Option<Self> {
+        // Two levels' tables may be alive at once (the cuts are compared).
+        let fits = |n: usize| 2 * level_entries(n, MIN_UNITS as usize + 1) * ENTRY_BYTES <= cap;
+        let widest = (2..=FLAT).rev().find(|&n| fits(n)).unwrap_or(2);
         // Units: boundaries are a whole number of units where the budget allows.
         let boundary = (0..stages.len())
             .map(|k| stages.shape[k].boundary)
@@ -643,16 +762,19 @@ impl<'a> Rotor<'a> {
             .unwrap_or(1)
             .max(1);
         // Long chains get fewer units: the grouped levels solve (groups x units) DPs.
-        let units = if stages.len() > 4_000 {
-            UNITS / 2
-        } else {
-            UNITS
-        };
+        let units = scaled(
+            if stages.len() > 4_000 {
+                UNITS / 2
+            } else {
+                UNITS
+            },
+            fraction,
+        );
         let scale = Scale::new(room, boundary, units);
-        let group = group.max(2);
+        let group = group.max(2).min(widest);
         // One level takes any chain of up to `FLAT` stages: exact in the chain model, and a
         // run's closed head and tail cost a value more near the smallest budget.
-        let group = if group == GROUP && stages.len() <= FLAT {
+        let group = if group == GROUP && stages.len() <= FLAT && FLAT <= widest {
             FLAT
         } else {
             group
@@ -673,9 +795,18 @@ impl<'a> Rotor<'a> {
         let run = layout.filter(|_| stages.len() > group).map(|layout| {
             let blocks = layout.2;
             let merge = blocks.div_ceil(MAX_BLOCKS);
-            let mut tries = vec![(Scale::new(room, boundary, RUN_UNITS), merge)];
+            // Each try's tables within half the cap (both are alive while compared).
+            let within = |items: usize| {
+                let tables = if lean { RUN_TABLES } else { RUN_TABLES - 2 };
+                let per_unit = tables * (items as u64 + 1) * ENTRY_BYTES;
+                (cap / 2 / per_unit).saturating_sub(1).max(MIN_UNITS)
+            };
+            let run_units = scaled(RUN_UNITS, fraction).min(within(blocks / merge));
+            let mut tries = vec![(Scale::new(room, boundary, run_units), merge)];
             if merge > 1
-                && let Some(units) = unmerged_units(blocks, room, boundary)
+                && let Some(units) = unmerged_units(blocks, room, boundary, RUN_UNITS)
+                    .map(|units| units.min(within(blocks)))
+                    .filter(|&units| units >= unmerged_needed(room, boundary))
             {
                 tries.push((Scale::new(room, boundary, units), 1));
             }
@@ -699,12 +830,12 @@ impl<'a> Rotor<'a> {
             } else {
                 // From the root down: `group` root items, or more where that makes a
                 // repeating chain's root groups flat, and `FLAT` root items.
-                let flat = FLAT_GROUP / period * period;
+                let flat = FLAT_GROUP.min(widest) / period * period;
                 let top = |top: usize| {
                     if period > 1 && flat > 0 {
-                        top.max(stages.len().div_ceil(flat)).min(FLAT)
+                        top.max(stages.len().div_ceil(flat)).min(FLAT).min(widest)
                     } else {
-                        top
+                        top.min(widest)
                     }
                 };
                 let mut cuts = vec![
@@ -1700,6 +1831,8 @@ struct Run {
     k: usize,
     tables: Vec<Vec<f64>>,
     choices: Vec<Vec<u32>>,
+    /// Counts the tables (NOTE \[planner-memory\]).
+    meter: Option<TableMeter>,
 }
 
 /// A block's tape: every stage's tape, made one after the other.
@@ -1783,9 +1916,6 @@ const T_TH: usize = 5;
 /// The most blocks of a run's tables at [`RUN_UNITS`] units (NOTE \[run-merge\]).
 const MAX_BLOCKS: usize = 1024;
 
-/// The most entries of a run's table (NOTE \[run-merge\]): longer runs merge blocks.
-const RUN_ENTRIES: usize = MAX_BLOCKS * (RUN_UNITS as usize + 1);
-
 /// NOTE [run-merge]: a run of `k` blocks has tables of `(k + 1) (m + 1)` entries at `m`
 /// units. At [`RUN_UNITS`] units a run of more than [`MAX_BLOCKS`] blocks merges equal
 /// blocks into one item, and its checkpoints sit every few blocks. At a room of a few
@@ -1807,11 +1937,19 @@ const RUN_PER_BOUNDARY: u64 = 16;
 
 /// The units of an unmerged run of `blocks` blocks (NOTE \[run-merge\]): the most its
 /// tables afford, if that is at least [`RUN_PER_BOUNDARY`] for each boundary the room holds.
-fn unmerged_units(blocks: usize, room: u64, boundary: u64) -> Option<u64> {
-    let affordable = (RUN_ENTRIES / (blocks + 1)).saturating_sub(1) as u64;
-    let needed = (room / boundary.max(1) + 1).saturating_mul(RUN_PER_BOUNDARY);
-    (affordable >= needed).then_some(affordable.min(RUN_UNITS))
+fn unmerged_units(blocks: usize, room: u64, boundary: u64, run_units: u64) -> Option<u64> {
+    let entries = MAX_BLOCKS as u64 * (run_units + 1);
+    let affordable = (entries / (blocks as u64 + 1)).saturating_sub(1);
+    (affordable >= unmerged_needed(room, boundary)).then_some(affordable.min(run_units))
 }
+
+/// The units an unmerged run needs: [`RUN_PER_BOUNDARY`] for each boundary the room holds.
+fn unmerged_needed(room: u64, boundary: u64) -> u64 {
+    (room / boundary.max(1) + 1).saturating_mul(RUN_PER_BOUNDARY)
+}
+
+/// The most tables a run solves: the lean form's six (four without it).
+const RUN_TABLES: u64 = 6;
 
 /// A choice of a run's table: the base case, or a split after the head and `j` blocks
 /// (`SPLIT + j`).
@@ -1950,6 +2088,7 @@ impl Run {
             k,
             tables: vec![Vec::new(); 6],
             choices: vec![Vec::new(); 6],
+            meter: None,
         };
         run.solve(scale, lean);
         run
@@ -2000,6 +2139,8 @@ impl Run {
         } else {
             &[T_R, T_T, T_H, T_TH]
         };
+        let entries = wanted.len() * (self.k + 1) * width;
+        self.meter = Some(TableMeter::new(entries as u64 * ENTRY_BYTES));
         for &t in wanted {
             self.tables[t] = vec![INF; (self.k + 1) * width];
             self.choices[t] = vec![NO_CHOICE; (self.k + 1) * width];

@@ -261,8 +261,9 @@ fn a_long_uniform_chain_plans_near_revolve_s_optimum_at_any_slots() {
 /// pinned so that a change that plans worse fails. Before NOTE [run-units], 10,000 blocks at
 /// 2 slots replayed 503 forward passes and at 300 slots 1.51; before NOTE [exact-units], 100
 /// blocks at 1 slot 26.37 and at 4 slots 2.91; before NOTE [run-merge], 10,000 blocks at 1
-/// slot 503 and at 2 slots 31.79. Ten thousand blocks in optimized builds only (debug: a
-/// hundred).
+/// slot 503 and at 2 slots 31.79. Since NOTE [planner-memory] the tables take at most
+/// 100 MB here (2 KiB an op): at 100 slots the levels are solved at half the units, 1.68 ->
+/// 1.686. Ten thousand blocks in optimized builds only (debug: a hundred).
 #[test]
 fn a_power_iteration_plans_the_recompute_measured_at_every_slot_count() {
     let (n, pinned): (u32, &[(u64, f64)]) = if cfg!(debug_assertions) {
@@ -287,7 +288,7 @@ fn a_power_iteration_plans_the_recompute_measured_at_every_slot_count() {
                 (3, 14.98),
                 (8, 5.46),
                 (30, 2.55),
-                (100, 1.68),
+                (100, 1.69),
                 (300, 0.98),
                 (1_000, 0.92),
             ],
