@@ -419,7 +419,7 @@ impl Level {
         }
         let entries = level_entries(n, width);
         let mut level = Self {
-            _meter: TableMeter::new(entries as u64 * ENTRY_BYTES),
+            _meter: TableMeter::new(entries * ENTRY_BYTES),
             items,
             fixed_before,
             input_units,
