@@ -302,19 +302,21 @@ fn each_recorded_op_keeps_a_fixed_number_of_bytes() {
     let debug = cfg!(debug_assertions);
     let evicted = if debug { 80.0 } else { 0.0 };
     let cases: [(&str, Policy, Op, f64); 4] = [
-        ("sin, SaveAll", Policy::SaveAll, unary, 640.0),
+        ("sin, SaveAll", Policy::SaveAll, unary, 648.0),
         (
             "sin, RecomputeAll",
             Policy::RecomputeAll,
             unary,
             208.0 + evicted,
         ),
-        ("mul by a leaf, SaveAll", Policy::SaveAll, binary, 1008.0),
+        ("mul by a leaf, SaveAll", Policy::SaveAll, binary, 1016.0),
         (
             "mul by a leaf, RecomputeAll",
             Policy::RecomputeAll,
             binary,
-            576.0 + evicted,
+            // The `Kept` box of the leaf held on the edge is 144 bytes since NOTE
+            // [shared-constants]; debug builds' allocation rounds it 16 bytes up.
+            if debug { 672.0 } else { 576.0 },
         ),
     ];
     let mut failures = Vec::new();

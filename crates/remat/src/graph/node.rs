@@ -120,7 +120,18 @@ pub(crate) struct Kept<B: BackendTypes>(Box<KeptValue<B>>);
 
 struct KeptValue<B: BackendTypes> {
     value: Option<FloatTensor<B>>,
-    _ticket: stats::Ticket,
+    ticket: Held,
+}
+
+/// How a kept value is counted: on its own, or as one of the holders of a shared buffer
+/// (NOTE [shared-constants] in `stats/registry.rs`).
+enum Held {
+    Own(#[allow(dead_code)] stats::Ticket),
+    Shared {
+        _ticket: Arc<stats::Ticket>,
+        /// This holder carries the buffer's charge in the budget's model.
+        owner: bool,
+    },
 }
 
 impl<B: BackendTypes> Kept<B> {
@@ -130,8 +141,35 @@ impl<B: BackendTypes> Kept<B> {
         let ticket = stats::Ticket::keep::<B>(&value, reason, op);
         Self(Box::new(KeptValue {
             value: Some(value),
-            _ticket: ticket,
+            ticket: Held::Own(ticket),
         }))
+    }
+
+    /// Keeps `value`, the value of tensor `key`, counted once with every other holder of it
+    /// on this thread (NOTE [shared-constants]).
+    pub(crate) fn shared(
+        value: FloatTensor<B>,
+        reason: KeepReason,
+        op: &'static str,
+        key: u64,
+    ) -> Self {
+        let (ticket, owner) = stats::Ticket::shared::<B>(&value, reason, op, key);
+        Self(Box::new(KeptValue {
+            value: Some(value),
+            ticket: Held::Shared {
+                _ticket: ticket,
+                owner,
+            },
+        }))
+    }
+
+    /// The bytes the budget's model charges to this holder: the value's, unless another
+    /// holder of the same buffer carries them (NOTE [shared-constants]).
+    pub(crate) fn charged_bytes(&self) -> u64 {
+        match self.0.ticket {
+            Held::Shared { owner: false, .. } => 0,
+            _ => self.bytes(),
+        }
     }
 
     pub(crate) fn get(&self) -> &FloatTensor<B> {
@@ -626,7 +664,7 @@ impl<B: Backend> GraphNode for Node<B> {
             .inputs
             .iter()
             .filter(|input| input.node.is_none())
-            .filter_map(|input| input.held.as_ref().map(Kept::bytes))
+            .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
             .sum();
         // A value that no planner decides and that was kept may not have its inputs retained
         // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
@@ -733,7 +771,7 @@ impl<B: Backend> GraphNode for Node<B> {
             .inputs
             .iter()
             .filter(|input| input.node.is_none())
-            .filter_map(|input| input.held.as_ref().map(Kept::bytes))
+            .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
             .sum();
         // No gradient reached the node: nothing to read or compute.
         if let Some(grad) = grads.remove::<B>(self.id) {
@@ -773,7 +811,7 @@ impl<B: Backend> GraphNode for Node<B> {
             op.inputs
                 .iter()
                 .filter(|input| input.node.is_none())
-                .filter_map(|input| input.held.as_ref().map(Kept::bytes))
+                .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
                 .sum()
         });
         value + constants

@@ -274,6 +274,8 @@ fn edge<B: Backend>(
     mark: Option<Forced>,
     op: &'static str,
 ) -> (Input<B>, FloatTensor<B>) {
+    // NOTE [shared-constants]: an untracked input is keyed by its id, shared by its clones.
+    let key = (mark.is_some() && input.node.is_none()).then(|| input.id());
     let AutodiffTensor {
         primitive, node, ..
     } = input;
@@ -284,7 +286,15 @@ fn edge<B: Backend>(
                 parent.require_value(&primitive, mark == Forced::Recompute);
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
-            None => held = Some(Kept::new(primitive.clone(), KeepReason::Constant, op)),
+            None => {
+                let key = key.map_or(0, NodeId::value);
+                held = Some(Kept::shared(
+                    primitive.clone(),
+                    KeepReason::Constant,
+                    op,
+                    key,
+                ));
+            }
         }
     }
     (Input { node, held }, primitive)
@@ -328,7 +338,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
             fixed_bytes: edges
                 .iter()
                 .filter(|e| e.node.is_none())
-                .filter_map(|e| e.held.as_ref().map(Kept::bytes))
+                .filter_map(|e| e.held.as_ref().map(Kept::charged_bytes))
                 .sum(),
             inputs: if placement.recompute {
                 ids(&|i| rule.replay_input(i))

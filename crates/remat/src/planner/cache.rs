@@ -170,6 +170,17 @@ impl PlanCache {
         })
     }
 
+    /// The view of the most recently used plan, under any budget, whose view starts with an
+    /// op like `first`: a graph run before, to plan for another budget before its step starts
+    /// (NOTE \[plan-ahead\] in `checkpoint/budget/mod.rs`).
+    pub fn most_recent_view_starting_with(&self, first: &super::Node) -> Option<Arc<GraphView>> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| !e.view.is_empty() && same_structure(first, e.view.node(0)))
+            .map(|e| e.view.clone())
+    }
+
     /// Caches a plan and returns it.
     pub fn insert(&mut self, view: GraphView, budget_bytes: u64, schedule: Schedule) -> CachedPlan {
         let signature = signature(&view);

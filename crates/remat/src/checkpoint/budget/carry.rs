@@ -167,7 +167,8 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
             });
         }
         let view = Arc::new(view);
-        THREAD_VIEW.with(|v| *v.borrow_mut() = Some(view.clone()));
+        let signature = planner::signature(&view);
+        THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature)));
         *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
     }
     if !completed {

@@ -80,8 +80,9 @@ static LAST_BUDGET: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// The last budget interned on this thread, to skip the lock per recorded op.
     static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
-    /// The view of the last pass under a budget run on this thread.
-    static THREAD_VIEW: RefCell<Option<Arc<GraphView>>> = const { RefCell::new(None) };
+    /// The view of the last pass under a budget run on this thread, and its signature
+    /// ([`crate::planner::signature`]).
+    static THREAD_VIEW: RefCell<Option<(Arc<GraphView>, u64)>> = const { RefCell::new(None) };
     /// What a step under a budget was found to need when it stopped as too small, in its
     /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
     /// completes.
@@ -89,6 +90,21 @@ thread_local! {
     /// Plans for the steps this thread ran under a budget, by graph signature.
     static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
 }
+
+// NOTE [plan-ahead]: the first step under a budget used to run its forward pass online
+// (DTR), even where the thread had run the same graph under another budget: online eviction
+// needs more than a plan does, so the smallest budget `tradeoff()` names after a step under
+// `Budget(u64::MAX)` stopped in the forward pass (Burn's `Lstm`, 128 steps: 560 KiB named,
+// the forward pass stopped under it). A step starts from the graph the thread ran last when
+// its first op matches (its plan under this budget, or else a plan made now from its view,
+// cached and followed), then from the most recent plan under this budget whose first op
+// matches, then from the most recent cached view whose first op matches (planned now). The
+// smallest budget `tradeoff()` names then runs (`tests/recurrent.rs`,
+// `the_smallest_budget_tradeoff_names_runs`), and the first step under a budget replays
+// what its plan predicts (`tests/chains.rs`). The graph that ran last comes first: a
+// 1,000-block chain run after a 100-block one under the same budget followed the short
+// chain's plan and departed from it at its 500th op. A step that departs from the view
+// continues online, as with any plan.
 
 /// How many plans a thread keeps (a training loop has one graph per step; more cover
 /// evaluation graphs, several losses, and a loop that cycles through budgets: the bench's

@@ -21,7 +21,7 @@ use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
 
 use super::report::too_small;
-use super::{LAST_BUDGET, PLANS, bytes_of};
+use super::{LAST_BUDGET, PLANS, THREAD_VIEW, bytes_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, same_structure};
 use crate::stats::KeepReason;
@@ -289,10 +289,29 @@ pub(crate) fn on_record<B: Backend>(
         if index == 0 && session.follow.is_none() {
             // A new step: follow the plan of the last step run under this budget, if any.
             session.follow = PLANS.with(|plans| {
-                let plans = plans.borrow();
-                let plan = plans
-                    .most_recent_starting_with(session.budget, &entry)?
-                    .clone();
+                let mut plans = plans.borrow_mut();
+                // The graph run last on this thread, where it starts like this step: its plan
+                // under this budget, or (NOTE [plan-ahead]) a plan made for it now.
+                let last = THREAD_VIEW
+                    .with(|v| v.borrow().clone())
+                    .filter(|(view, _)| !view.is_empty() && same_structure(&entry, view.node(0)));
+                let plan = match last {
+                    Some((view, signature)) => match plans.get(signature, session.budget) {
+                        Some(plan) => plan,
+                        None => {
+                            let schedule = planner::plan(&view, session.budget).ok()?;
+                            plans.insert((*view).clone(), session.budget, schedule)
+                        }
+                    },
+                    None => match plans.most_recent_starting_with(session.budget, &entry) {
+                        Some(plan) => plan.clone(),
+                        None => {
+                            let view = plans.most_recent_view_starting_with(&entry)?;
+                            let schedule = planner::plan(&view, session.budget).ok()?;
+                            plans.insert((*view).clone(), session.budget, schedule)
+                        }
+                    },
+                };
                 let index = plan.schedule.index();
                 Some(Follow { plan, index })
             });
