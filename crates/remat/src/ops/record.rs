@@ -193,9 +193,19 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     let mut budgeted = Budgeted::default();
+    // NOTE [in-place-forward] in `checkpoint/budget/session.rs`: following a plan, only the
+    // inputs it keeps here are held while the op runs.
+    let keeps = (placement.budget != 0)
+        .then(|| budget::planned_keeps(placement.budget))
+        .flatten();
     for (input, mark) in inputs.into_iter().zip(&marks) {
         let (edge, primitive) = edge(input, *mark, info.name);
-        if placement.budget != 0 && mark.is_some() {
+        let kept_here = |edge: &Input<B>| {
+            keeps
+                .as_ref()
+                .is_none_or(|keeps| edge.producer().is_some_and(|p| keeps.contains(&p.id)))
+        };
+        if placement.budget != 0 && mark.is_some() && kept_here(&edge) {
             budgeted.in_hand(&edge, &primitive);
         }
         edges.push(edge);

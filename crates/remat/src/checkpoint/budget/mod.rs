@@ -69,7 +69,7 @@ use crate::planner::{GraphView, PlanCache};
 pub(crate) use carry::{after_pass, carry_out};
 pub(crate) use pass::{Pending, pass_budget, plan_pass};
 pub use report::{BudgetError, check_budget, tradeoff, try_with_budget};
-pub(crate) use session::{Recorded, dropped, on_record, reserve};
+pub(crate) use session::{Recorded, dropped, on_record, planned_keeps, reserve};
 
 /// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
 static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());

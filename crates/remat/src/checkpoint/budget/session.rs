@@ -213,6 +213,40 @@ pub(crate) fn reserve(budget_id: u32, bytes: u64) {
     }
 }
 
+/// NOTE [in-place-forward]: the recording site holds a clone of each needed input of an op
+/// recorded under a budget while the op runs, so that the planner's answer may keep it. A
+/// clone makes the input's buffer shared, and an inner kernel that works in place on a
+/// buffer it alone holds (Flex's `slice_assign`, binary ops on a dead operand) then copies:
+/// Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` tensor with
+/// `slice_assign`, in place under SaveAll (whose backward does not read that tensor) and
+/// copied at every step under a budget. Following a plan, the answer is known before the
+/// op runs: only the inputs the plan keeps at this op are held in hand.
+///
+/// The producers among the inputs of the op about to be recorded under `budget_id` whose
+/// values the plan this thread's step follows keeps at that op, or `None` when no plan is
+/// followed (then every needed input is held in hand).
+pub(crate) fn planned_keeps(budget_id: u32) -> Option<Vec<NodeId>> {
+    SESSION.with(|cell| {
+        let cell = cell.borrow();
+        let session = cell.as_ref()?;
+        if session.budget_id != budget_id {
+            return None;
+        }
+        let follow = session.follow.as_ref()?;
+        let index = session.nodes.len();
+        let range = follow.index.forward(index)?;
+        Some(
+            follow.plan.schedule.actions()[range]
+                .iter()
+                .filter_map(|action| match *action {
+                    Action::Keep(v) if (v as usize) < index => session.ids.get(v as usize).copied(),
+                    _ => None,
+                })
+                .collect(),
+        )
+    })
+}
+
 /// What to carry out after the planner answered, outside the session's borrow.
 enum Apply {
     KeepOutput,
