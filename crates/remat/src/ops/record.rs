@@ -297,12 +297,12 @@ fn edge<B: Backend>(
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
             None => {
-                let key = key.map_or(0, NodeId::value);
+                let key = key.expect("remat internal error: an untracked input has an id");
                 held = Some(Kept::shared(
                     primitive.clone(),
                     KeepReason::Constant,
                     op,
-                    key,
+                    key.value(),
                 ));
             }
         }
