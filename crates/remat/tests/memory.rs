@@ -2,13 +2,11 @@
 //! everything, and after dropping a graph without backward, the heap returns to its
 //! baseline; `remat::stats()` agrees with the allocator about what a forward pass keeps.
 
-use std::sync::{Mutex, MutexGuard};
-
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{AutodiffBackend, TensorData};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
-use support::heap::{self, live};
+use support::heap::{self, live, measure};
 
 mod support;
 
@@ -16,26 +14,6 @@ mod support;
 static GLOBAL: heap::Heap = heap::Heap;
 
 type A = Autodiff<Flex>;
-
-/// One measured test at a time (the counters are shared).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Measures this thread's allocations until dropped (one test at a time). Flex, as built
-/// here, runs every kernel on the calling thread.
-struct Measuring(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-fn measure() -> Measuring {
-    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    heap::set_measured(true);
-    Measuring(serial)
-}
-
-impl Drop for Measuring {
-    fn drop(&mut self) {
-        // Before the lock is released (fields drop after this).
-        heap::set_measured(false);
-    }
-}
 
 /// Lazily initialised state of the measured thread may still appear: compare with a
 /// tolerance far below the size of one tensor (256 KiB).

@@ -9,13 +9,11 @@
 //! - The first step under a budget plans the next ones; its planner's tables are bounded
 //!   (NOTE [planner-memory]), so its heap stays below SaveAll's.
 
-use std::sync::{Mutex, MutexGuard};
-
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{AutodiffBackend, TensorData};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
-use support::heap::{self, live};
+use support::heap::{self, live, measure};
 
 mod support;
 
@@ -24,23 +22,6 @@ static GLOBAL: heap::Heap = heap::Heap;
 
 type A = Autodiff<Flex>;
 type T = <A as burn_backend::BackendTypes>::FloatTensorPrimitive;
-
-/// One measured test at a time (the allocator's counters and remat's stats are shared).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Measuring(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-fn measure() -> Measuring {
-    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    heap::set_measured(true);
-    Measuring(serial)
-}
-
-impl Drop for Measuring {
-    fn drop(&mut self) {
-        heap::set_measured(false);
-    }
-}
 
 /// A `d x d` f64 matrix, tracked or not.
 fn matrix(d: usize, tracked: bool, seed: usize) -> T {

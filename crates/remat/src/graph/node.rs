@@ -105,6 +105,16 @@ pub(crate) struct Input<B: BackendTypes> {
     pub(crate) held: Option<Kept<B>>,
 }
 
+/// Bytes of the constants (untracked inputs) held on `edges` that the budget's model charges
+/// to their op (NOTE [shared-constants] in `stats/registry.rs`).
+pub(crate) fn charged_constants<B: BackendTypes>(edges: &[Input<B>]) -> u64 {
+    edges
+        .iter()
+        .filter(|input| input.node.is_none())
+        .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
+        .sum()
+}
+
 impl<B: BackendTypes> Input<B> {
     /// The tracked non-leaf producer whose slot holds this input's value, if any.
     pub(crate) fn producer(&self) -> Option<&Arc<Node<B>>> {
@@ -660,12 +670,7 @@ impl<B: Backend> GraphNode for Node<B> {
             .filter(|(i, _)| op.reads.has_input(*i))
             .filter_map(|(_, input)| id_of(input))
             .collect();
-        let fixed_bytes = op
-            .inputs
-            .iter()
-            .filter(|input| input.node.is_none())
-            .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
-            .sum();
+        let fixed_bytes = charged_constants(&op.inputs);
         // A value that no planner decides and that was kept may not have its inputs retained
         // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
         let replayable = op.rule.replayable()
@@ -767,12 +772,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let Some(op) = op else {
             return 0;
         };
-        let constants = op
-            .inputs
-            .iter()
-            .filter(|input| input.node.is_none())
-            .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
-            .sum();
+        let constants = charged_constants(&op.inputs);
         // No gradient reached the node: nothing to read or compute.
         if let Some(grad) = grads.remove::<B>(self.id) {
             let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
@@ -807,13 +807,10 @@ impl<B: Backend> GraphNode for Node<B> {
             Slot::Stored(kept) if !self.placement.leaf_view => kept.bytes(),
             _ => 0,
         };
-        let constants: u64 = state.op.as_ref().map_or(0, |op| {
-            op.inputs
-                .iter()
-                .filter(|input| input.node.is_none())
-                .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
-                .sum()
-        });
+        let constants = state
+            .op
+            .as_ref()
+            .map_or(0, |op| charged_constants(&op.inputs));
         value + constants
     }
 

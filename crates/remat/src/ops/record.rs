@@ -15,7 +15,7 @@ use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
 use crate::checkpoint::{budget, cost};
 use crate::graph::{
     Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
-    Values,
+    Values, charged_constants,
 };
 use crate::planner::Forced;
 use crate::stats::KeepReason;
@@ -345,11 +345,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
             replayable: placement.recompute,
             in_region: placement.region.is_some(),
             reads_output: reads.output,
-            fixed_bytes: edges
-                .iter()
-                .filter(|e| e.node.is_none())
-                .filter_map(|e| e.held.as_ref().map(Kept::charged_bytes))
-                .sum(),
+            fixed_bytes: charged_constants(&edges),
             inputs: if placement.recompute {
                 ids(&|i| rule.replay_input(i))
             } else {

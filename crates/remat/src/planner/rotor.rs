@@ -136,9 +136,10 @@ const FLAT_GROUP: usize = 64;
 /// (at most [`UNITS`]) may hold many boundaries of a long chain of small blocks: at 300
 /// slots of a 10,000-stage chain a unit held four, so the DP saw 75 checkpoints where 300
 /// fit, and replayed up to a forward pass more than Revolve. A run's tables have
-/// `(blocks + 1) (units + 1)` entries each (at most [`MAX_BLOCKS`] blocks at [`RUN_UNITS`] units), O(log blocks)
-/// work per entry, so it can afford boundary-sized units up to this many; beyond it a unit
-/// holds a few boundaries of a chain whose every checkpoint fits anyway.
+/// `(blocks + 1) (units + 1)` entries each (at most [`MAX_BLOCKS`] blocks at this many
+/// units, within NOTE \[planner-memory\]'s cap), O(log blocks) work per entry, so it can
+/// afford boundary-sized units up to this many; beyond it a unit holds a few boundaries of a
+/// chain whose every checkpoint fits anyway.
 const RUN_UNITS: u64 = 1024;
 
 const INF: f64 = f64::INFINITY;
@@ -148,8 +149,10 @@ const INF: f64 = f64::INFINITY;
 // next steps is made), so they count in the process's peak as much as the values the budget
 // bounds. At full resolution they took 35-44 MB planning a 400-block recurrence of 80 KB
 // matrices under budgets of 1.6 to 32 MB: the first step's heap peaked at 1.3x SaveAll's
-// whatever the budget. The tables of one solve may now take at most [`table_cap`] of the
-// room (half of it, at least [`MIN_TABLE_CAP`]): the chain is solved once at 1/32 of the
+// whatever the budget. The tables of one solve may now take at most [`table_cap`]: half the
+// room, [`MIN_TABLE_CAP`] or [`TABLE_BYTES_PER_OP`] per op, whichever is most (the floors
+// keep the level cuts that long chains at tight budgets need: NOTE \[level-cuts\], and a
+// step's graph holds several hundred bytes an op anyway). The chain is solved once at 1/32 of the
 // units, its tables' peak counted (they grow linearly with the units), and then at the units
 // that peak affords, at most the full resolution. Coarser units cost a little plan quality
 // on long chains at large budgets, never validity (boundaries round up).
@@ -727,8 +730,8 @@ impl<'a> Rotor<'a> {
         let fixed = fixed_total(view);
         let all: u64 = view.nodes().iter().map(|n| n.bytes).sum();
         let room = budget.checked_sub(fixed)?.min(all);
-        // NOTE [planner-memory]: a probe at a tenth of the units, then the units its tables'
-        // peak affords within the cap.
+        // NOTE [planner-memory]: a probe at `PROBE` of the units, then the units its tables'
+        // peak affords within the cap (the probe itself where that is about as many).
         let cap = table_cap(room, view.len());
         let before = TableMeter::start();
         let probe = Self::solve_at(view, stages, room, group, lean, PROBE, cap);

@@ -77,3 +77,24 @@ pub fn peak() -> isize {
 pub fn reset_peak(bytes: isize) {
     PEAK.store(bytes, Ordering::Relaxed);
 }
+
+/// One measured test at a time in a test binary (the counters are shared).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Counts this thread's allocations until dropped, one measured test at a time.
+pub struct Measuring(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+/// Starts measuring this thread (see [`Measuring`]).
+#[allow(dead_code)]
+pub fn measure() -> Measuring {
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    set_measured(true);
+    Measuring(serial)
+}
+
+impl Drop for Measuring {
+    fn drop(&mut self) {
+        // Before the lock is released (fields drop after this).
+        set_measured(false);
+    }
+}

@@ -21,6 +21,8 @@ use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
 
 use super::report::too_small;
+use smallvec::SmallVec;
+
 use super::{LAST_BUDGET, PLANS, THREAD_VIEW, bytes_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, same_structure};
@@ -225,7 +227,7 @@ pub(crate) fn reserve(budget_id: u32, bytes: u64) {
 /// The producers among the inputs of the op about to be recorded under `budget_id` whose
 /// values the plan this thread's step follows keeps at that op, or `None` when no plan is
 /// followed (then every needed input is held in hand).
-pub(crate) fn planned_keeps(budget_id: u32) -> Option<Vec<NodeId>> {
+pub(crate) fn planned_keeps(budget_id: u32) -> Option<SmallVec<[NodeId; 2]>> {
     SESSION.with(|cell| {
         let cell = cell.borrow();
         let session = cell.as_ref()?;
