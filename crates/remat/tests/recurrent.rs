@@ -8,10 +8,14 @@
 //!   [plan-ahead]), with gradients bit-identical to SaveAll's.
 //! - The first step under a budget plans the next ones; its planner's tables are bounded
 //!   (NOTE [planner-memory]), so its heap stays below SaveAll's.
+//! - A side chain no backward step reads (each state also written into an output, as Burn's
+//!   `Lstm` does) does not stop a step from following its plan (NOTE [side-ops]).
 
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::{AutodiffBackend, TensorData};
+use burn_backend::{AutodiffBackend, TensorData, TensorMetadata};
+use burn_std::{FloatDType, Slice};
 use burn_flex::Flex;
+use remat::planner::{plan, simulate};
 use remat::{Autodiff, Policy};
 use support::heap::{self, live, measure};
 
@@ -32,14 +36,24 @@ fn matrix(d: usize, tracked: bool, seed: usize) -> T {
     A::float_set_require_grad(x, tracked)
 }
 
-/// `steps` of `d = W d; d = d / |d|`, then `sum(d)`.
-fn recurrence(w: &T, d0: T, steps: usize) -> T {
+/// `steps` of `d = W d; d = d / |d|`, then `sum(d)`. With `output`, each step also writes
+/// `d` into its row block of a `[steps * d, d]` tensor of zeros with `slice_assign`, as
+/// Burn's `Lstm` stacks its hidden states; the loss does not read it.
+fn recurrence(w: &T, d0: T, steps: usize, output: bool) -> T {
+    let n = d0.shape()[0];
+    let mut stacked = output
+        .then(|| A::float_zeros([steps * n, n].into(), &Default::default(), FloatDType::F64));
     let mut d = d0;
-    for _ in 0..steps {
+    for t in 0..steps {
         d = A::float_matmul(w.clone(), d);
         let norm = A::float_sqrt(A::float_sum(A::float_mul(d.clone(), d.clone())));
         d = A::float_div(d, A::float_reshape(norm, [1, 1].into()));
+        stacked = stacked.map(|s| {
+            let rows = Slice::new((t * n) as isize, Some(((t + 1) * n) as isize), 1);
+            A::float_slice_assign(s, &[rows, Slice::new(0, None, 1)], d.clone())
+        });
     }
+    drop(stacked);
     A::float_sum(d)
 }
 
@@ -65,12 +79,17 @@ fn values(g: burn_backend::tensor::FloatTensor<Flex>) -> Vec<f64> {
 }
 
 fn step(policy: Policy, w: &T, d: usize, steps: usize) -> Step {
+    step_with(policy, w, d, steps, false)
+}
+
+/// [`step`], each state also written into an output the loss does not read (`output`).
+fn step_with(policy: Policy, w: &T, d: usize, steps: usize, output: bool) -> Step {
     let d0 = matrix(d, true, 2);
     remat::reset_stats();
     let before = live();
     heap::reset_peak(before);
     let stats_before = remat::stats().live_bytes as isize;
-    let y = remat::with_policy(policy, || recurrence(w, d0.clone(), steps));
+    let y = remat::with_policy(policy, || recurrence(w, d0.clone(), steps, output));
     let kept = live() - before;
     let stats_kept = remat::stats().live_bytes as isize - stats_before;
     let grads = A::backward(y);
@@ -211,5 +230,59 @@ fn a_budget_bounds_the_heap_of_a_recurrence_from_its_first_step() {
              {budget} plus {allowance} plus {tape} of bookkeeping plus {running}",
             later.peak
         );
+    }
+}
+
+/// NOTE [side-ops]: each step also writes its state into an output the loss does not read,
+/// as Burn's `Lstm` stacks its hidden states, so no backward step reaches that chain of
+/// `slice_assign`s. Steps under a budget used to depart from their plan at its first op and
+/// run online, every step, and the zeros tensor it writes into (here 100 matrices) was held
+/// for a replay no step asks for: the forward pass stopped under the smallest budget
+/// `tradeoff()` names. Now every step, the first included, follows its plan through the
+/// side chain and replays exactly what the plan predicts, within the budget, with
+/// gradients bit-identical to SaveAll's.
+#[test]
+fn a_side_chain_no_backward_step_reads_does_not_stop_the_plan() {
+    let _m = measure();
+    const D: usize = 32;
+    const STEPS: usize = 100;
+    let matrix_bytes = (D * D * 8) as u64;
+    for tracked in [true, false] {
+        let w = matrix(D, tracked, 1);
+        step_with(Policy::SaveAll, &w, D, 4, true);
+        let save_all = step_with(Policy::SaveAll, &w, D, STEPS, true);
+        step_with(Policy::Budget(u64::MAX), &w, D, STEPS, true);
+        let tradeoff = remat::tradeoff().expect("a step ran under a budget");
+        let (min, keep_all) = (tradeoff.min_budget_bytes, tradeoff.keep_all_bytes);
+        let view = tradeoff.view.clone();
+        assert!(
+            min <= 4 * matrix_bytes,
+            "W tracked {tracked}: the smallest budget is {min} bytes, {matrix_bytes}-byte \
+             matrices (the output alone is {} bytes)",
+            STEPS as u64 * matrix_bytes
+        );
+        for budget in [min, keep_all / 4] {
+            let schedule = plan(&view, budget).expect("the budget plans");
+            let predicted = simulate(&view, &schedule, budget).unwrap().total_replays;
+            for run in 0..3 {
+                remat::reset_stats();
+                let got = step_with(Policy::Budget(budget), &w, D, STEPS, true);
+                let stats = remat::stats();
+                assert_eq!(
+                    got.values, save_all.values,
+                    "W tracked {tracked}, Budget({budget}), step {run}: gradients differ"
+                );
+                assert!(
+                    stats.peak_bytes <= budget,
+                    "W tracked {tracked}, Budget({budget}), step {run}: held {} bytes",
+                    stats.peak_bytes
+                );
+                assert_eq!(
+                    stats.replays, predicted,
+                    "W tracked {tracked}, Budget({budget}), step {run}: replays differ from \
+                     the plan's"
+                );
+            }
+        }
     }
 }

@@ -155,9 +155,9 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let states: SmallVec<[InputState; 2]> = inputs.iter().map(state_of).collect();
     let mut output = output;
     let Decision {
-        placement,
+        mut placement,
         output: output_mark,
-        inputs: marks,
+        inputs: mut marks,
     } = decide(
         &OpFacts {
             info,
@@ -180,6 +180,21 @@ fn record_impl<B: Backend, R: Rule<B>>(
         },
     );
 
+    // NOTE [in-place-forward] in `checkpoint/budget/session.rs`: following a plan, only the
+    // inputs it keeps here are held while the op runs.
+    let upcoming = if placement.budget != 0 {
+        budget::upcoming(placement.budget, info.name)
+    } else {
+        budget::Upcoming::default()
+    };
+    if upcoming.free_side && reads == Reads::NOTHING {
+        // NOTE [side-ops] in `checkpoint/budget/mod.rs`: no backward step reaches this op
+        // and its own reads nothing: nothing is retained for it, as under SaveAll, and no
+        // plan keeps its value (an op that reads it after all keeps it).
+        placement.recompute = false;
+        placement.planned = false;
+        marks.iter_mut().for_each(|mark| *mark = None);
+    }
     if placement.budget != 0 {
         // NOTE [budget]: room for the constants the edges will hold, before they are held.
         let constants = inputs
@@ -193,13 +208,9 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     let mut budgeted = Budgeted::default();
-    // NOTE [in-place-forward] in `checkpoint/budget/session.rs`: following a plan, only the
-    // inputs it keeps here are held while the op runs.
-    let keeps = (placement.budget != 0)
-        .then(|| budget::planned_keeps(placement.budget))
-        .flatten();
+    let keeps = upcoming.keeps;
     for (input, mark) in inputs.into_iter().zip(&marks) {
-        let (edge, primitive) = edge(input, *mark, info.name);
+        let (edge, primitive) = edge(input, *mark, info.name, placement.budget);
         let kept_here = |edge: &Input<B>| {
             keeps
                 .as_ref()
@@ -279,10 +290,12 @@ fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
 /// retained value is kept by the producing node (`Keep`: stored now; `Recompute`: marked
 /// needed, left to a replay or, under a budget, to the planner's `Keep`), or held by the edge
 /// for leaves and untracked values.
+/// `budget`: the consumer's budget (0: none).
 fn edge<B: Backend>(
     input: AutodiffTensor<B>,
     mark: Option<Forced>,
     op: &'static str,
+    budget: u32,
 ) -> (Input<B>, FloatTensor<B>) {
     // NOTE [shared-constants]: an untracked input is keyed by its id, shared by its clones.
     let key = (mark.is_some() && input.node.is_none()).then(|| input.id());
@@ -293,6 +306,16 @@ fn edge<B: Backend>(
     if let Some(mark) = mark {
         match &node {
             Some(parent) if parent.kind == NodeKind::Op => {
+                let outside = parent.placement.budget != budget;
+                if parent.placement.budget != 0 && (outside || !parent.placement.planned) {
+                    // NOTE [side-ops]: an op the budget's session does not see reads it, or
+                    // an op reads (and keeps) a free side op's value.
+                    budget::read_outside(
+                        parent.placement.budget,
+                        parent.id,
+                        !parent.placement.planned,
+                    );
+                }
                 parent.require_value(&primitive, mark == Forced::Recompute);
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
@@ -353,6 +376,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
             },
             step_reads: ids(&|i| reads.has_input(i)),
             in_hand: budgeted.in_hand,
+            quiet: reads == Reads::NOTHING,
         }
     });
     let slot = match output_mark {
@@ -450,7 +474,7 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
                 CustomInput::Parent(node) => return Input { node, held: None },
                 CustomInput::Read(tensor) | CustomInput::Replay(tensor) => tensor,
             };
-            let (edge, value) = edge(tensor, *mark, info.name);
+            let (edge, value) = edge(tensor, *mark, info.name, placement.budget);
             if placement.budget != 0 && mark.is_some() {
                 budgeted.in_hand(&edge, &value);
             }

@@ -38,6 +38,17 @@ impl Action {
         }
     }
 
+    /// The same action about node `i` (renumbering a schedule's nodes).
+    pub fn with_node(self, i: u32) -> Action {
+        match self {
+            Action::Compute(_) => Action::Compute(i),
+            Action::Keep(_) => Action::Keep(i),
+            Action::Replay(_) => Action::Replay(i),
+            Action::Free(_) => Action::Free(i),
+            Action::Step(_) => Action::Step(i),
+        }
+    }
+
     /// Whether the action runs an op (a forward op, a replay or a backward step).
     pub fn is_op(self) -> bool {
         matches!(

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
 use super::session::SESSION;
-use super::{FAILED_NEED, LAST_VIEW, PLANS, THREAD_VIEW};
+use super::{FAILED_NEED, LAST_VIEW, PLANS, THREAD_VIEW, set_sides};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
 use crate::planner::{self, Action, GraphView};
@@ -168,6 +168,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         }
         let view = Arc::new(view);
         let signature = planner::signature(&view);
+        set_sides(signature, pending.sides);
         THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature)));
         *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
     }

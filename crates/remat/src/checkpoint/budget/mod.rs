@@ -69,7 +69,7 @@ use crate::planner::{GraphView, PlanCache};
 pub(crate) use carry::{after_pass, carry_out};
 pub(crate) use pass::{Pending, pass_budget, plan_pass};
 pub use report::{BudgetError, check_budget, tradeoff, try_with_budget};
-pub(crate) use session::{Recorded, dropped, on_record, planned_keeps, reserve};
+pub(crate) use session::{Recorded, Upcoming, dropped, on_record, read_outside, reserve, upcoming};
 
 /// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
 static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -87,6 +87,8 @@ thread_local! {
     /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
     /// completes.
     static FAILED_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// The side ops of recent views (NOTE \[side-ops\]), oldest first.
+    static SIDES: RefCell<Vec<(u64, Arc<[Side]>)>> = const { RefCell::new(Vec::new()) };
     /// Plans for the steps this thread ran under a budget, by graph signature.
     static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
 }
@@ -105,6 +107,65 @@ thread_local! {
 // 1,000-block chain run after a 100-block one under the same budget followed the short
 // chain's plan and departed from it at its 500th op. A step that departs from the view
 // continues online, as with any plan.
+
+// NOTE [side-ops]: a step may record ops under a budget that its backward pass never
+// reaches: Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` output with
+// `reshape` and `slice_assign`, and a loss on the last hidden state never reads that
+// output. A pass's view holds only the ops the pass claimed, so the session's op `i` and the
+// view's node `i` parted at the first such op, and every later step departed from its plan
+// there (op 37 of the Lstm) and ran online. The ops of a step that its pass did not claim
+// are its side ops: the pass lists them ([`Side`], by position in the session) with its
+// view, and a step following that view's plan expects them at their positions: a side op
+// matches by name and size when it holds nothing the plan does not know of (no constants,
+// and no value that cannot be rebuilt unless nothing reads it), gets no actions, and the
+// view's nodes around it match as before, their inputs renumbered past the side ops; a
+// side op that holds something is a departure (online from there). A *free* side op (its
+// step reads no value, and only free side ops read its value) is recorded retaining
+// nothing, as under `SaveAll`: the first `slice_assign` then no longer holds the 512 KiB
+// zeros tensor it writes into (the Lstm's forward pass needed 517 KiB where its plan needs
+// 156), and Flex writes in place. Should it be read after all (a second loss on the
+// output, a changed program), it cannot be rebuilt, and what reads it keeps it, as for a
+// random op: exact gradients, more bytes.
+
+/// An op of a step that the step's backward pass did not reach (NOTE \[side-ops\]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Side {
+    /// Its position in the step's session.
+    pub(super) at: u32,
+    /// The view's nodes recorded before it.
+    pub(super) before: u32,
+    pub(super) name: &'static str,
+    pub(super) bytes: u64,
+    /// Its step reads no value, and only free side ops read its value: it may be recorded
+    /// retaining nothing.
+    pub(super) free: bool,
+}
+
+/// The side ops of the views of the last passes on this thread, by view signature
+/// (NOTE \[side-ops\]); only views that had some, at most [`PLANS_KEPT`].
+fn sides_of(signature: u64) -> Arc<[Side]> {
+    SIDES.with(|sides| {
+        sides
+            .borrow()
+            .iter()
+            .find(|(s, _)| *s == signature)
+            .map_or_else(|| Arc::from([]), |(_, list)| list.clone())
+    })
+}
+
+/// Notes the side ops of the view with `signature` (none: forgets any).
+fn set_sides(signature: u64, list: Arc<[Side]>) {
+    SIDES.with(|sides| {
+        let mut sides = sides.borrow_mut();
+        sides.retain(|(s, _)| *s != signature);
+        if !list.is_empty() {
+            if sides.len() == PLANS_KEPT {
+                sides.remove(0);
+            }
+            sides.push((signature, list));
+        }
+    });
+}
 
 /// How many plans a thread keeps (a training loop has one graph per step; more cover
 /// evaluation graphs, several losses, and a loop that cycles through budgets: the bench's

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 
 use super::report::too_small;
 use super::session::SESSION;
-use super::{LAST_BUDGET, PLANS, bytes_of, estimate};
+use super::{LAST_BUDGET, PLANS, Side, bytes_of, estimate};
 use crate::checkpoint::cost;
 use crate::graph::{GraphNode, IdBuildHasher, NodeId, ScheduleEntry};
 use crate::planner::{self, Action, Dtr, GraphView, ScheduleIndex};
@@ -56,6 +56,77 @@ pub(super) fn smooth_costs(nodes: &mut [planner::Node], backend: Option<TypeId>)
     for node in nodes.iter_mut() {
         node.cost = costs[&(node.name, node.bytes)];
     }
+}
+
+/// The side ops (`side`) of a session's `nodes` (NOTE \[side-ops\] in `mod.rs`); `quiet`:
+/// which ops' steps read no value; `read_outside`: ops whose value an op outside the session
+/// reads. A side op is free when its step reads no value and only free side ops read its
+/// value (the last op first: readers come after what they read).
+fn side_ops(
+    nodes: &[planner::Node],
+    side: &[bool],
+    quiet: &[bool],
+    read_outside: &[u32],
+) -> Arc<[Side]> {
+    let mut free = vec![false; nodes.len()];
+    let mut read = vec![false; nodes.len()];
+    for &at in read_outside {
+        read[at as usize] = true;
+    }
+    for at in (0..nodes.len()).rev() {
+        free[at] = side[at] && quiet[at] && !read[at];
+        if !free[at] {
+            for &u in nodes[at].inputs.iter().chain(&nodes[at].step_reads) {
+                read[u as usize] = true;
+            }
+        }
+    }
+    (0..nodes.len())
+        .filter(|&at| side[at])
+        .enumerate()
+        .map(|(k, at)| Side {
+            at: at as u32,
+            before: (at - k) as u32,
+            name: nodes[at].name,
+            bytes: nodes[at].bytes,
+            free: free[at],
+        })
+        .collect()
+}
+
+/// The session's `nodes` without its side ops (NOTE \[side-ops\] in `mod.rs`), renumbered;
+/// `None` when a node reads a side op.
+fn without_sides(nodes: &[planner::Node], sides: &[Side]) -> Option<Vec<planner::Node>> {
+    if sides.is_empty() {
+        return Some(nodes.to_vec());
+    }
+    let mut number = vec![u32::MAX; nodes.len()];
+    let mut next = 0;
+    let mut k = 0;
+    for (at, slot) in number.iter_mut().enumerate() {
+        if sides.get(k).is_some_and(|side| side.at as usize == at) {
+            k += 1;
+        } else {
+            *slot = next;
+            next += 1;
+        }
+    }
+    let renumber = |list: &[u32]| -> Option<Vec<u32>> {
+        list.iter()
+            .map(|&u| Some(number[u as usize]).filter(|&v| v != u32::MAX))
+            .collect()
+    };
+    nodes
+        .iter()
+        .zip(&number)
+        .filter(|(_, v)| **v != u32::MAX)
+        .map(|(node, _)| {
+            let mut node = node.clone();
+            node.inputs = renumber(&node.inputs)?;
+            node.step_reads = renumber(&node.step_reads)?;
+            Some(node)
+        })
+        .collect()
 }
 
 /// The replay time of `actions`' `Replay`s, at the nodes' costs.
@@ -140,21 +211,36 @@ pub(crate) fn plan_pass(
     // forward pass under `with_policy(Budget(..))` and the loss outside it, say), the plan
     // the step followed still applies: its view was this pass's, and the signature and the
     // held values are checked below.
-    let (session_view, follow) = SESSION.with(|cell| {
+    // The session's ops the pass did not claim are the step's side ops (NOTE [side-ops] in
+    // `mod.rs`), listed when the session starts with the pass's first op.
+    let (session_view, follow, sides) = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
-            return (None, None);
+            return (None, None, Arc::from([]));
         };
-        let prefix = session.ids.len() <= by_id.len()
+        let claimed = |id: &NodeId| index.contains_key(id);
+        let mut ours = session.ids.iter().filter(|id| claimed(id));
+        let prefix = session.ids.first().is_some_and(claimed)
             && by_id
                 .iter()
-                .zip(&session.ids)
-                .all(|(&k, id)| entries[k].1.id == *id);
-        let aligned = prefix && session.ids.len() == by_id.len();
+                .map(|&k| entries[k].1.id)
+                .zip(ours.by_ref())
+                .all(|(theirs, ours)| theirs == *ours)
+            && ours.next().is_none();
+        let sides: Arc<[Side]> = if prefix {
+            let side: Vec<bool> = session.ids.iter().map(|id| !claimed(id)).collect();
+            side_ops(&session.nodes, &side, &session.quiet, &session.read_outside)
+        } else {
+            Arc::from([])
+        };
+        let aligned = prefix && session.ids.len() == by_id.len() + sides.len();
         let follow = session.follow.take();
         (
-            aligned.then(|| session.nodes.clone()),
+            aligned
+                .then(|| without_sides(&session.nodes, &sides))
+                .flatten(),
             follow.filter(|_| prefix),
+            sides,
         )
     });
     if let Some(session_nodes) = session_view {
@@ -367,13 +453,7 @@ pub(crate) fn plan_pass(
     let position: Vec<usize> = by_id.iter().map(|&k| entries[k].0).collect();
     for actions in &mut per_node {
         for action in actions.iter_mut() {
-            *action = match *action {
-                Action::Replay(v) => Action::Replay(position[v as usize] as u32),
-                Action::Free(v) => Action::Free(position[v as usize] as u32),
-                Action::Step(v) => Action::Step(position[v as usize] as u32),
-                Action::Keep(v) => Action::Keep(position[v as usize] as u32),
-                Action::Compute(v) => Action::Compute(position[v as usize] as u32),
-            };
+            *action = action.with_node(position[action.node() as usize] as u32);
         }
     }
     LAST_BUDGET.store(full_budget, Ordering::Relaxed);
@@ -386,6 +466,7 @@ pub(crate) fn plan_pass(
         budget: full_budget,
         plan: !cached,
         samples: cost::replay_samples(),
+        sides,
     };
     (per_node, held_bytes, budget, pending)
 }
@@ -402,6 +483,8 @@ pub(crate) struct Pending {
     pub(super) budget: u64,
     pub(super) plan: bool,
     pub(super) samples: u64,
+    /// The step's ops the pass did not claim (NOTE \[side-ops\] in `mod.rs`).
+    pub(super) sides: Arc<[Side]>,
 }
 
 /// A whole-step schedule's backward cut into the pass's per-node chunks: the actions before

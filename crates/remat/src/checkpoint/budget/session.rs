@@ -23,7 +23,7 @@ use burn_backend::tensor::FloatTensor;
 use super::report::too_small;
 use smallvec::SmallVec;
 
-use super::{LAST_BUDGET, PLANS, THREAD_VIEW, bytes_of};
+use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, sides_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, same_structure};
 use crate::stats::KeepReason;
@@ -33,10 +33,86 @@ thread_local! {
     pub(super) static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
 }
 
-/// A cached plan the thread's current step follows while its ops match the plan's view.
+/// A cached plan the thread's current step follows while its ops match the plan's view and
+/// the view's side ops (NOTE \[side-ops\] in `mod.rs`).
 pub(super) struct Follow {
     pub(super) plan: CachedPlan,
     pub(super) index: ScheduleIndex,
+    /// The ops of the step the view does not hold, by position.
+    pub(super) sides: Arc<[Side]>,
+}
+
+impl Follow {
+    fn new(plan: CachedPlan) -> Self {
+        let index = plan.schedule.index();
+        let sides = sides_of(plan.signature);
+        Self { plan, index, sides }
+    }
+
+    /// The view's node at session position `at`, or `Err(k)` when side op `k` is expected
+    /// there.
+    fn view_node(&self, at: u32) -> Result<u32, usize> {
+        let k = self.sides.partition_point(|side| side.at < at);
+        match self.sides.get(k) {
+            Some(side) if side.at == at => Err(k),
+            _ => Ok(at - k as u32),
+        }
+    }
+
+    /// The session position of the view's node `v`.
+    fn position(&self, v: u32) -> u32 {
+        v + self.sides.partition_point(|side| side.before <= v) as u32
+    }
+
+    /// Whether `entry`, recorded at session position `at`, is the view's node `v` (its
+    /// inputs renumbered past the side ops).
+    fn matches(&self, entry: &planner::Node, v: u32) -> bool {
+        let node = self.plan.view.node(v);
+        if self.sides.is_empty() {
+            return same_structure(entry, node);
+        }
+        let same = |ours: &[u32], theirs: &[u32]| {
+            ours.len() == theirs.len()
+                && ours
+                    .iter()
+                    .zip(theirs)
+                    .all(|(&u, &w)| self.view_node(u) == Ok(w))
+        };
+        entry.name == node.name
+            && entry.bytes == node.bytes
+            && entry.replayable == node.replayable
+            && entry.fixed_bytes == node.fixed_bytes
+            && entry.forced == node.forced
+            && same(&entry.inputs, &node.inputs)
+            && same(&entry.step_reads, &node.step_reads)
+    }
+
+    /// The plan's forward actions for `entry`, recorded at session position `at`, in session
+    /// positions (none for an expected side op), or `None` when the step departs here.
+    fn actions(&self, entry: &planner::Node, at: u32) -> Option<Vec<Action>> {
+        match self.view_node(at) {
+            Err(k) => {
+                // A side op holds nothing the plan does not know of: no constants, and no
+                // value that cannot be rebuilt unless nothing reads it.
+                let side = &self.sides[k];
+                let holds_nothing = entry.fixed_bytes == 0 && (entry.replayable || side.free);
+                (side.name == entry.name && side.bytes == entry.bytes && holds_nothing)
+                    .then(Vec::new)
+            }
+            Ok(v) => {
+                if v as usize >= self.plan.view.len() || !self.matches(entry, v) {
+                    return None;
+                }
+                let range = self.index.forward(v as usize)?;
+                Some(
+                    self.plan.schedule.actions()[range]
+                        .iter()
+                        .map(|a| a.with_node(self.position(a.node())))
+                        .collect(),
+                )
+            }
+        }
+    }
 }
 
 /// The ops recorded under a budget on one thread (see NOTE \[budget\]).
@@ -50,6 +126,13 @@ pub(super) struct Session {
     pub(super) nodes: Vec<planner::Node>,
     pub(super) ids: Vec<NodeId>,
     pub(super) index: HashMap<NodeId, u32, IdBuildHasher>,
+    /// Whether each op's backward step reads no value (NOTE \[side-ops\] in `mod.rs`).
+    pub(super) quiet: Vec<bool>,
+    /// The ops whose value an op recorded outside the session (under another policy) reads.
+    pub(super) read_outside: Vec<u32>,
+    /// The op being recorded keeps a value the followed plan does not count: the step
+    /// departs from the plan there.
+    depart: bool,
     /// Compact when this many nodes are listed.
     compact_at: usize,
     /// The cached plan this step follows (planned mode), while its ops match.
@@ -68,6 +151,9 @@ impl Session {
             nodes: Vec::new(),
             ids: Vec::new(),
             index: HashMap::default(),
+            quiet: Vec::new(),
+            read_outside: Vec::new(),
+            depart: false,
             compact_at: 1024,
             follow: None,
         }
@@ -116,6 +202,7 @@ impl Session {
             }
             fresh.handles.push(Arc::downgrade(node));
             fresh.ids.push(self.ids[*old]);
+            fresh.quiet.push(self.quiet[*old]);
             fresh.index.insert(self.ids[*old], new as u32);
         }
         fresh.dtr = match Dtr::resume(fresh.budget, prefix.clone(), &held) {
@@ -143,6 +230,7 @@ impl Session {
             }
         };
         fresh.nodes = prefix;
+        fresh.read_outside = keep(&self.read_outside);
         // A step following a plan keeps following it when nothing was forgotten (the
         // indices, the plan's node numbers, are unchanged) under the same budget.
         if live.len() == self.handles.len() && budget_id == self.budget_id {
@@ -184,6 +272,8 @@ pub(crate) struct Recorded<B: Backend> {
     pub(crate) step_reads: Vec<NodeId>,
     /// Producers whose value this op has in hand (they may be kept now).
     pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+    /// Its backward step reads no value (NOTE \[side-ops\] in `mod.rs`).
+    pub(crate) quiet: bool,
 }
 
 /// Makes room, before an op recorded under budget `budget_id` holds `bytes` of constants on
@@ -215,38 +305,81 @@ pub(crate) fn reserve(budget_id: u32, bytes: u64) {
     }
 }
 
-/// NOTE [in-place-forward]: the recording site holds a clone of each needed input of an op
-/// recorded under a budget while the op runs, so that the planner's answer may keep it. A
-/// clone makes the input's buffer shared, and an inner kernel that works in place on a
-/// buffer it alone holds (Flex's `slice_assign`, binary ops on a dead operand) then copies:
-/// Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` tensor with
-/// `slice_assign`, in place under SaveAll (whose backward does not read that tensor) and
-/// copied at every step under a budget. Following a plan, the answer is known before the
-/// op runs: only the inputs the plan keeps at this op are held in hand.
-///
-/// The producers among the inputs of the op about to be recorded under `budget_id` whose
-/// values the plan this thread's step follows keeps at that op, or `None` when no plan is
-/// followed (then every needed input is held in hand).
-pub(crate) fn planned_keeps(budget_id: u32) -> Option<SmallVec<[NodeId; 2]>> {
+// NOTE [in-place-forward]: the recording site holds a clone of each needed input of an op
+// recorded under a budget while the op runs, so that the planner's answer may keep it. A
+// clone makes the input's buffer shared, and an inner kernel that works in place on a
+// buffer it alone holds (Flex's `slice_assign`, binary ops on a dead operand) then copies:
+// Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` tensor with
+// `slice_assign`, in place under SaveAll (whose backward does not read that tensor) and
+// copied at every step under a budget. Following a plan, the answer is known before the
+// op runs: only the inputs the plan keeps at this op are held in hand.
+
+/// What the plan this thread's step follows says of the op about to be recorded under a
+/// budget (NOTE \[in-place-forward\], \[side-ops\] in `mod.rs`).
+#[derive(Default)]
+pub(crate) struct Upcoming {
+    /// The producers among its inputs whose values the plan keeps at this op, or `None`
+    /// when no plan is followed (then every needed input is held in hand).
+    pub(crate) keeps: Option<SmallVec<[NodeId; 2]>>,
+    /// The op is a side op of the step that nothing reads (NOTE \[side-ops\] in `mod.rs`):
+    /// it is recorded retaining nothing when its own step reads nothing.
+    pub(crate) free_side: bool,
+}
+
+/// What the followed plan says of the op named `name` about to be recorded under
+/// `budget_id` (see [`Upcoming`]).
+pub(crate) fn upcoming(budget_id: u32, name: &'static str) -> Upcoming {
     SESSION.with(|cell| {
         let cell = cell.borrow();
-        let session = cell.as_ref()?;
-        if session.budget_id != budget_id {
-            return None;
+        let Some(session) = cell.as_ref() else {
+            return Upcoming::default();
+        };
+        let Some(follow) = session
+            .follow
+            .as_ref()
+            .filter(|_| session.budget_id == budget_id)
+        else {
+            return Upcoming::default();
+        };
+        let at = session.nodes.len() as u32;
+        match follow.view_node(at) {
+            Err(k) => Upcoming {
+                keeps: Some(SmallVec::new()),
+                free_side: follow.sides[k].free && follow.sides[k].name == name,
+            },
+            Ok(v) => Upcoming {
+                keeps: follow.index.forward(v as usize).map(|range| {
+                    follow.plan.schedule.actions()[range]
+                        .iter()
+                        .filter_map(|action| match *action {
+                            Action::Keep(u) if u < v => {
+                                session.ids.get(follow.position(u) as usize).copied()
+                            }
+                            _ => None,
+                        })
+                        .collect()
+                }),
+                free_side: false,
+            },
         }
-        let follow = session.follow.as_ref()?;
-        let index = session.nodes.len();
-        let range = follow.index.forward(index)?;
-        Some(
-            follow.plan.schedule.actions()[range]
-                .iter()
-                .filter_map(|action| match *action {
-                    Action::Keep(v) if (v as usize) < index => session.ids.get(v as usize).copied(),
-                    _ => None,
-                })
-                .collect(),
-        )
     })
+}
+
+/// Notes that an op reads the value of node `id`, recorded under `budget_id`, where the
+/// session does not expect it (NOTE \[side-ops\] in `mod.rs`): an op recorded outside the
+/// session (under another policy), whose reads the session does not see, so that value is
+/// never free; or, with `kept`, any op reading a free side op, which keeps its value: the
+/// followed plan does not count it, and the step departs from the plan at that op.
+pub(crate) fn read_outside(budget_id: u32, id: NodeId, kept: bool) {
+    SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if let Some(session) = cell.as_mut().filter(|s| s.budget_id == budget_id)
+            && let Some(&at) = session.index.get(&id)
+        {
+            session.read_outside.push(at);
+            session.depart |= kept;
+        }
+    });
 }
 
 /// What to carry out after the planner answered, outside the session's borrow.
@@ -280,6 +413,7 @@ pub(crate) fn on_record<B: Backend>(
         inputs,
         step_reads,
         in_hand,
+        quiet,
     } = recorded;
     let answer = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
@@ -344,17 +478,15 @@ pub(crate) fn on_record<B: Backend>(
                         }
                     },
                 };
-                let index = plan.schedule.index();
-                Some(Follow { plan, index })
+                Some(Follow::new(plan))
             });
         }
-        let planned = session.follow.as_ref().and_then(|follow| {
-            let view = &follow.plan.view;
-            let same = (index as usize) < view.len() && same_structure(&entry, view.node(index));
-            same.then(|| follow.index.forward(index as usize))
-                .flatten()
-                .map(|range| follow.plan.schedule.actions()[range].to_vec())
-        });
+        let depart = std::mem::take(&mut session.depart);
+        let planned = session
+            .follow
+            .as_ref()
+            .filter(|_| !depart)
+            .and_then(|follow| follow.actions(&entry, index));
         if planned.is_none() && session.follow.take().is_some() && index > 0 {
             // The step departs from the plan: online from here, from the state the plan left.
             let held: Vec<u32> = (0..index)
@@ -376,6 +508,7 @@ pub(crate) fn on_record<B: Backend>(
         session.nodes.push(entry.clone());
         session.handles.push(handle);
         session.ids.push(id);
+        session.quiet.push(quiet);
         session.index.insert(id, index);
         if let Some(actions) = planned {
             return Ok(session.to_apply(&actions, index));
