@@ -13,8 +13,8 @@
 
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{AutodiffBackend, TensorData, TensorMetadata};
-use burn_std::{FloatDType, Slice};
 use burn_flex::Flex;
+use burn_std::{FloatDType, Slice};
 use remat::planner::{plan, simulate};
 use remat::{Autodiff, Policy};
 use support::heap::{self, live, measure};
@@ -41,8 +41,8 @@ fn matrix(d: usize, tracked: bool, seed: usize) -> T {
 /// Burn's `Lstm` stacks its hidden states; the loss does not read it.
 fn recurrence(w: &T, d0: T, steps: usize, output: bool) -> T {
     let n = d0.shape()[0];
-    let mut stacked = output
-        .then(|| A::float_zeros([steps * n, n].into(), &Default::default(), FloatDType::F64));
+    let mut stacked =
+        output.then(|| A::float_zeros([steps * n, n].into(), &Default::default(), FloatDType::F64));
     let mut d = d0;
     for t in 0..steps {
         d = A::float_matmul(w.clone(), d);

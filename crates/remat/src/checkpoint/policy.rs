@@ -212,9 +212,13 @@ pub enum Policy {
     /// and which to drop again. Values that cannot be rebuilt (outputs of random ops,
     /// transfers, custom ops without a retro-forward) are always kept.
     ///
-    /// A budget too small for the graph panics with a message naming the smallest budget the
-    /// planner guarantees (in forward, a lower bound: the bytes that cannot be rebuilt);
-    /// [`tradeoff`](crate::tradeoff()) tabulates budgets against predicted extra compute
+    /// A budget too small for the graph panics at `backward()`, before any backward step
+    /// runs, with a message naming the smallest budget the planner guarantees for the whole
+    /// step. The first step of a graph the thread has not run under a budget evicts online,
+    /// not knowing the graph ahead; where that cannot hold the budget, its forward pass goes
+    /// over it (`stats()` shows the peak) and the step is planned whole at `backward()`: it
+    /// runs when the graph fits the budget, and the next steps follow its plan from their
+    /// first op. [`tradeoff`](crate::tradeoff()) tabulates budgets against predicted extra compute
     /// from one recorded step. Inside a [`checkpoint`](crate::checkpoint()) region, values
     /// are never kept after forward; the budget decides everything else. `Budget(u64::MAX)`
     /// keeps what [`Policy::SaveAll`] keeps, plus the untracked inputs (the model's input

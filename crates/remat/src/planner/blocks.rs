@@ -287,7 +287,8 @@ fn rev_forward(sub: &GraphView, wanted: &[bool]) -> Replays {
 }
 
 impl Inner {
-    fn new(sub: &GraphView, schedule: Schedule) -> Option<Self> {
+    /// The facts of `schedule`, a whole-step plan of `sub` (`None` when it is not valid).
+    pub(crate) fn new(sub: &GraphView, schedule: Schedule) -> Option<Self> {
         let outcome = simulate(sub, &schedule, u64::MAX).ok()?;
         let actions = schedule.actions();
         let split = actions

@@ -107,7 +107,7 @@ pub use feasible::{min_feasible_budget, smallest_budget};
 pub use plan::{chain_plan, plan};
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use search::{Optimum, exact_optimum};
-pub use simulate::{HeldEvent, Outcome, simulate};
+pub use simulate::{HeldEvent, Outcome, simulate, simulate_traced};
 pub(crate) use tradeoff::tradeoff_shared;
 pub use tradeoff::{BOUND_MAX_NODES, Tradeoff, TradeoffRow, tradeoff};
 pub use view::{Forced, GraphView, Node};

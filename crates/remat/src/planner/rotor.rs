@@ -1799,6 +1799,58 @@ pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Sch
     Some((schedule, cost))
 }
 
+/// NOTE [replay-plan]: a backward pass for a step whose forward pass already ran and left
+/// `held` held (the first step under a budget, run online, NOTE \[forward-overflow\] in
+/// `checkpoint/budget/session.rs`), by the whole-step plan of the view run once more: the held
+/// values are dropped, the plan's forward part is replayed in its rev form (what it keeps at
+/// its end, rebuilt in index order, each value freed after its last use: NOTE \[stages\] in
+/// `blocks.rs`, the whole view one stage), then its backward part runs unchanged. One more
+/// forward pass than the plan, on any graph whose values can all be rebuilt, where online
+/// eviction from the held state may need far more than the plan (Burn's `Gru` with a loss on
+/// every output: the online first step stopped at half of SaveAll's bytes, which its plan
+/// fits). Returns the schedule and its replay cost; `None` when the view does not plan
+/// within `budget` or the rev form does not fit.
+pub(crate) fn replay_plan(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
+    if view.is_empty() || !view.nodes().iter().all(super::view::rebuildable) {
+        return None;
+    }
+    let mut held = held.to_vec();
+    held.sort_unstable();
+    held.dedup();
+    // The rev form holds every constant from its start, and its replays' values in flight
+    // beside what the plan keeps: a plan at the budget may not fit so. Planned again below
+    // the budget by what the rev form passed it, a few times.
+    let mut within = budget;
+    for _ in 0..4 {
+        let plan = super::plan(view, within).ok()?;
+        let schedule = replayed(view, &held, super::blocks::Inner::new(view, plan)?);
+        let outcome = super::simulate(view, &schedule, u64::MAX).ok()?;
+        if outcome.peak_bytes <= budget {
+            return Some((schedule, outcome.recompute_cost));
+        }
+        within = within.checked_sub(outcome.peak_bytes - budget)?;
+    }
+    None
+}
+
+/// The whole-step schedule of NOTE \[replay-plan\]: a forward pass that keeps `held`
+/// (sorted), the held values dropped, `inner`'s forward part replayed, its backward part.
+fn replayed(view: &GraphView, held: &[u32], inner: super::blocks::Inner) -> Schedule {
+    let n = view.len() as u32;
+    let actions = inner.schedule.actions();
+    let mut out = Vec::with_capacity(n as usize + 2 * held.len() + actions.len());
+    for i in 0..n {
+        out.push(Action::Compute(i));
+        if held.binary_search(&i).is_ok() {
+            out.push(Action::Keep(i));
+        }
+    }
+    out.extend(held.iter().map(|&h| Action::Free(h)));
+    replay(0, &inner.rev_forward, &mut out);
+    out.extend_from_slice(&actions[inner.split..]);
+    Schedule::new(out)
+}
+
 /// NOTE [rotor-run]: a long chain that repeats (an unrolled RNN, a stack of equal residual
 /// blocks, the steps of a solver) is a *run*: a head, `k` equal blocks of `p` stages, and a
 /// tail. The grouped levels (NOTE \[rotor\]) reverse each group from its own input, which

@@ -308,7 +308,6 @@ pub(crate) fn plan_pass(
         }
     }
     let budget = room;
-    let attempt = |held: &[u32]| attempt_under(budget, held);
     let signature = planner::signature(&view);
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.
@@ -395,58 +394,70 @@ pub(crate) fn plan_pass(
                     pinned.push(v);
                 }
             }
-            let chain = || {
-                // A chain of blocks from the lean state (NOTE [rotor]): its smallest budget
-                // does not grow with the chain's length, the online eviction's does.
-                let (schedule, _) = planner::rotor::resume(&view, &pinned, budget)?;
-                let index = schedule.index();
-                Some(backward_chunks(
+            // From the lean state, the cheapest of: a chain of blocks (NOTE [rotor]: its
+            // smallest budget does not grow with the chain's length, the online eviction's
+            // does), the whole-step plan run once more (NOTE [replay-plan] in
+            // `planner/rotor.rs`), and online eviction, abandoned once it replays more.
+            let planned = [
+                planner::rotor::resume(&view, &pinned, budget),
+                planner::rotor::replay_plan(&view, &pinned, budget),
+            ]
+            .into_iter()
+            .flatten()
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+            let limit = planned.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
+            let chunks = |schedule: &planner::Schedule| {
+                backward_chunks(
                     schedule.actions(),
-                    &index,
+                    &schedule.index(),
                     &entries,
                     order.len(),
                     true,
-                ))
+                )
             };
-            attempt(&pinned)
-                .or_else(|e| chain().ok_or(e))
-                .unwrap_or_else(|_| {
-                    // Name a budget this engine runs from the lean state: the planner's smallest
-                    // (a guarantee for its own schedules) if that works, else the smallest that
-                    // does, by bisection (planning only: nothing runs).
-                    let works = |b: u64| {
-                        attempt_under(b, &pinned).is_ok()
-                            || planner::rotor::resume(&view, &pinned, b).is_some()
-                    };
-                    let mut low = planner::smallest_budget(&view).max(budget);
-                    let mut high = view
-                        .nodes()
-                        .iter()
-                        .map(|n| n.bytes + n.fixed_bytes)
-                        .sum::<u64>()
-                        .max(low);
-                    if works(low) {
-                        high = low;
-                    } else {
-                        while high - low > 1 {
-                            let mid = low.midpoint(high);
-                            if works(mid) {
-                                high = mid;
-                            } else {
-                                low = mid;
-                            }
+            match attempt_within(budget, &pinned, limit) {
+                Ok(Some(per_node)) => Ok(per_node),
+                Ok(None) => Ok(chunks(&planned.expect("a limit comes from a plan").0)),
+                Err(error) => planned.map(|(schedule, _)| chunks(&schedule)).ok_or(error),
+            }
+            .unwrap_or_else(|_| {
+                // Name a budget this engine runs from the lean state: the planner's smallest
+                // (a guarantee for its own schedules) if that works, else the smallest that
+                // does, by bisection (planning only: nothing runs).
+                let works = |b: u64| {
+                    attempt_under(b, &pinned).is_ok()
+                        || planner::rotor::resume(&view, &pinned, b).is_some()
+                        || planner::rotor::replay_plan(&view, &pinned, b).is_some()
+                };
+                let mut low = planner::smallest_budget(&view).max(budget);
+                let mut high = view
+                    .nodes()
+                    .iter()
+                    .map(|n| n.bytes + n.fixed_bytes)
+                    .sum::<u64>()
+                    .max(low);
+                if works(low) {
+                    high = low;
+                } else {
+                    while high - low > 1 {
+                        let mid = low.midpoint(high);
+                        if works(mid) {
+                            high = mid;
+                        } else {
+                            low = mid;
                         }
                     }
-                    too_small(
-                        full_budget,
-                        &planner::Error::Infeasible {
-                            budget_bytes: full_budget,
-                            min_budget_bytes: high + outside,
-                            lower_bound: false,
-                        },
-                        None,
-                    )
-                })
+                }
+                too_small(
+                    full_budget,
+                    &planner::Error::Infeasible {
+                        budget_bytes: full_budget,
+                        min_budget_bytes: high + outside,
+                        lower_bound: false,
+                    },
+                    None,
+                )
+            })
         }
     };
     // Map view indices back to positions in `order`.

@@ -64,13 +64,14 @@ struct TooSmallUnwind(BudgetError);
 /// of panicking when the budget is too small for it: the fallible form of running a step
 /// under a budget.
 ///
-/// A step stops as soon as the budget is known to be too small: in its forward pass (the
-/// values that cannot be rebuilt already pass it) or at `backward()` (the planner finds no
-/// schedule within it). Either way the step's graph is dropped, no gradient is returned and
-/// the optimizer has not run, so the step can be run again; its error's `min_budget_bytes`
-/// is the least worth trying. When the step stopped in its forward pass that is what the
-/// part recorded so far needs, and the whole step may need more: retry until it fits.
-/// Other panics of `f` go on unwinding.
+/// A step stops at `backward()` when the budget is too small for its graph, before any
+/// backward step runs (its forward pass goes on past the budget where it must: NOTE
+/// \[forward-overflow\] in `session.rs`). The step's graph is dropped, no gradient is
+/// returned and the optimizer has not run, so the step can be run again; its error's
+/// `min_budget_bytes` is the smallest budget the whole step runs with. (A step recorded
+/// while another graph of the thread, recorded under a larger budget, is still alive may
+/// stop in its forward pass, naming what the part recorded so far needs.) Other panics of
+/// `f` go on unwinding.
 ///
 /// ```
 /// use burn_flex::Flex;

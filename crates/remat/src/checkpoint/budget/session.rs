@@ -119,6 +119,9 @@ impl Follow {
 pub(super) struct Session {
     pub(super) budget_id: u32,
     budget: u64,
+    /// The bytes the online planner works within: the budget, or more once the forward
+    /// pass went over it (NOTE \[forward-overflow\]).
+    raised: u64,
     dtr: Dtr,
     /// Recorded nodes, by session index.
     pub(super) handles: Vec<Weak<dyn GraphNode>>,
@@ -146,6 +149,7 @@ impl Session {
         Self {
             budget_id,
             budget,
+            raised: budget,
             dtr: Dtr::new(budget),
             handles: Vec::new(),
             nodes: Vec::new(),
@@ -176,6 +180,10 @@ impl Session {
             .collect();
         let mut fresh = Session::new(budget_id);
         fresh.compact_at = (2 * live.len()).max(1024);
+        let same_budget = budget_id == self.budget_id;
+        if same_budget {
+            fresh.raised = self.raised;
+        }
         if live.is_empty() {
             *self = fresh;
             return Ok(());
@@ -205,7 +213,7 @@ impl Session {
             fresh.quiet.push(self.quiet[*old]);
             fresh.index.insert(self.ids[*old], new as u32);
         }
-        fresh.dtr = match Dtr::resume(fresh.budget, prefix.clone(), &held) {
+        fresh.dtr = match Dtr::resume(fresh.raised, prefix.clone(), &held) {
             Ok(dtr) => dtr,
             Err(_) => {
                 // The live graphs hold more than the (new) budget: evict what can be rebuilt
@@ -220,8 +228,13 @@ impl Session {
                         pinned.push(v);
                     }
                 }
-                match Dtr::resume(fresh.budget, prefix.clone(), &pinned) {
+                match Dtr::resume(fresh.raised, prefix.clone(), &pinned) {
                     Ok(dtr) => dtr,
+                    // NOTE [forward-overflow]: the step's own forward pass goes on.
+                    Err(error) if same_budget => {
+                        fresh.raise(need_of(&error));
+                        fresh.resumed(prefix.clone(), &pinned)
+                    }
                     Err(error) => {
                         *self = Session::new(budget_id);
                         return Err(error);
@@ -238,6 +251,61 @@ impl Session {
         }
         *self = fresh;
         Ok(())
+    }
+}
+
+// NOTE [forward-overflow]: online, before the step's graph is known, the forward pass can
+// find that the values it cannot drop pass the budget: constants, values that cannot be
+// rebuilt, or what online eviction cannot avoid (Burn's `Lstm` at a tenth of its bytes: the
+// zeros tensor its output chain writes into, held for a replay no step asks for, NOTE
+// [side-ops]). It used to stop there, naming what the part recorded so far needed ("at
+// least X so far"): a user following it retried once per kilobyte (issue 34), and a
+// budget its plan fits stopped too. The forward pass now goes on within a raised bound
+// (what it must hold, and a quarter more each time it must raise, so that raising is rare
+// and the online planner still drops what it can), and the step is decided at `backward()`,
+// where the whole graph is known: when the graph fits the budget from the lean state the
+// step runs (its backward within the budget, its forward pass over it: `stats()` shows the
+// peak) and the next steps follow its plan; else the step stops there, before any backward
+// step runs, naming the smallest budget the whole step runs with.
+
+/// The least bytes an infeasible plan needs, as the planner says.
+fn need_of(error: &planner::Error) -> u64 {
+    match error {
+        planner::Error::Infeasible {
+            min_budget_bytes, ..
+        } => *min_budget_bytes,
+        other => panic!("remat internal error: the budget's planner refused a step: {other}"),
+    }
+}
+
+impl Session {
+    /// Raises the bytes the online planner works within to at least `need`, and by a quarter
+    /// (NOTE \[forward-overflow\]).
+    fn raise(&mut self, need: u64) {
+        let step = self.raised.saturating_add(self.raised / 4);
+        self.raised = need.max(step).max(self.budget);
+    }
+
+    /// An online planner resumed on `prefix` holding `held`, within the raised bytes (raised
+    /// further until what is held fits).
+    fn resumed(&mut self, prefix: Vec<planner::Node>, held: &[u32]) -> Dtr {
+        loop {
+            match Dtr::resume(self.raised, prefix.clone(), held) {
+                Ok(dtr) => return dtr,
+                Err(error) => self.raise(need_of(&error)),
+            }
+        }
+    }
+
+    /// The values held now, by session index.
+    fn held_now(&self) -> Vec<u32> {
+        (0..self.handles.len() as u32)
+            .filter(|&v| {
+                self.handles[v as usize]
+                    .upgrade()
+                    .is_some_and(|n| n.is_held())
+            })
+            .collect()
     }
 }
 
@@ -488,22 +556,10 @@ pub(crate) fn on_record<B: Backend>(
             .filter(|_| !depart)
             .and_then(|follow| follow.actions(&entry, index));
         if planned.is_none() && session.follow.take().is_some() && index > 0 {
-            // The step departs from the plan: online from here, from the state the plan left.
-            let held: Vec<u32> = (0..index)
-                .filter(|&v| {
-                    session.handles[v as usize]
-                        .upgrade()
-                        .is_some_and(|n| n.is_held())
-                })
-                .collect();
-            match Dtr::resume(session.budget, session.nodes.clone(), &held) {
-                Ok(dtr) => session.dtr = dtr,
-                Err(error) => {
-                    let budget = session.budget;
-                    *cell = None;
-                    return Err((budget, error));
-                }
-            }
+            // The step departs from the plan: online from here, from the state the plan left
+            // (over the budget if it holds more: NOTE [forward-overflow]).
+            let held = session.held_now();
+            session.dtr = session.resumed(session.nodes.clone(), &held);
         }
         session.nodes.push(entry.clone());
         session.handles.push(handle);
@@ -518,17 +574,36 @@ pub(crate) fn on_record<B: Backend>(
                 let actions = actions.to_vec();
                 Ok(session.to_apply(&actions, index))
             }
-            Err(_) => {
+            Err(error) => {
                 // Graphs that died (dropped without backward) may still be counted: forget
-                // them and take over the live ones as they stand, the new op included.
+                // them and take over the live ones as they stand, the new op included. When
+                // none died, the op does not fit: the forward pass goes over the budget
+                // (NOTE [forward-overflow]).
+                let before = session.handles.len();
                 let budget = session.budget;
-                match session.compact(budget_id) {
-                    Ok(()) => Ok(Vec::new()),
-                    Err(error) => {
-                        *cell = None;
-                        Err((budget, error))
-                    }
+                if let Err(error) = session.compact(budget_id) {
+                    *cell = None;
+                    return Err((budget, error));
                 }
+                // The op's output, when it cannot be rebuilt, is kept as the planner would.
+                let newest = session.nodes.len() as u32 - 1;
+                let keep_new = !session.nodes[newest as usize].replayable;
+                let fits = session.handles.len() < before;
+                if !fits {
+                    session.raise(need_of(&error));
+                }
+                if !fits || keep_new {
+                    let mut held = session.held_now();
+                    if keep_new {
+                        held.push(newest);
+                    }
+                    session.dtr = session.resumed(session.nodes.clone(), &held);
+                }
+                Ok(if keep_new {
+                    vec![Apply::KeepOutput]
+                } else {
+                    Vec::new()
+                })
             }
         }
     });
@@ -565,17 +640,18 @@ fn check_forward(budget_id: u32) {
         let cell = cell.borrow();
         let session = cell.as_ref()?;
         (session.handles.len() <= 4096 && session.budget_id == budget_id).then(|| {
-            session
+            let held = session
                 .handles
                 .iter()
                 .filter_map(Weak::upgrade)
                 .filter(|n| !n.is_consumed())
                 .map(|n| n.budget_bytes_now())
-                .sum::<u64>()
+                .sum::<u64>();
+            (held, session.raised)
         })
     });
-    let budget = bytes_of(budget_id);
-    if let Some(held) = held {
+    // NOTE [forward-overflow]: within the raised bytes once the step went over its budget.
+    if let Some((held, budget)) = held {
         assert!(
             held <= budget,
             "remat internal error: the forward pass holds {held} bytes under a budget of {budget}"

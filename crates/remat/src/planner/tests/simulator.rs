@@ -3,7 +3,7 @@
 use super::{Flavor, Rng, random_view};
 use crate::planner::{
     Action::{self, *},
-    Error, Forced, GraphView, HeldEvent, Node, Schedule, from_decisions, simulate,
+    Error, Forced, GraphView, HeldEvent, Node, Schedule, from_decisions, simulate, simulate_traced,
 };
 
 /// x (4 B) -> y = exp(x) (8 B, its step reads y) -> z = y * x (2 B, reads both inputs).
@@ -35,7 +35,7 @@ fn keeping_everything_holds_the_reads_until_their_last_step() {
         Step(0),
         Free(0),
     ]);
-    let outcome = simulate(&view, &schedule, 12).unwrap();
+    let outcome = simulate_traced(&view, &schedule, 12).unwrap();
     assert_eq!(outcome.peak_bytes, 12);
     assert_eq!(outcome.forward_peak_bytes, 12);
     assert_eq!(outcome.recompute_cost, 0.0);
@@ -68,7 +68,7 @@ fn keeping_everything_holds_the_reads_until_their_last_step() {
             Step(0),
         ]
     );
-    let outcome = simulate(&view, &engine, 12).unwrap();
+    let outcome = simulate_traced(&view, &engine, 12).unwrap();
     assert_eq!(events(&outcome.trace), [(2, 8), (4, 12), (6, 8), (8, 0)]);
 }
 
@@ -116,7 +116,7 @@ fn a_replay_takes_its_last_read_input_before_its_output_arrives() {
         Free(0),
         Step(0),
     ]);
-    let outcome = simulate(&chain, &schedule, 10).unwrap();
+    let outcome = simulate_traced(&chain, &schedule, 10).unwrap();
     assert_eq!(outcome.peak_bytes, 10);
     assert_eq!(outcome.recompute_cost, 2.0);
     assert_eq!(
@@ -143,7 +143,7 @@ fn constants_count_from_the_forward_op_to_its_step() {
         Free(0),
         Step(0),
     ]);
-    let outcome = simulate(&view, &schedule, 12).unwrap();
+    let outcome = simulate_traced(&view, &schedule, 12).unwrap();
     assert_eq!(outcome.peak_bytes, 12);
     assert_eq!(
         events(&outcome.trace),
