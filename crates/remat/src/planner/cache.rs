@@ -183,7 +183,24 @@ impl PlanCache {
 
     /// Caches a plan and returns it.
     pub fn insert(&mut self, view: GraphView, budget_bytes: u64, schedule: Schedule) -> CachedPlan {
+        self.insert_shared(Arc::new(view), budget_bytes, schedule)
+    }
+
+    /// [`insert`](Self::insert) for a view held elsewhere too (not copied). Plans of one
+    /// graph under several budgets share one view: the view of a plan already cached for
+    /// the same signature is taken instead of `view`.
+    pub fn insert_shared(
+        &mut self,
+        view: Arc<GraphView>,
+        budget_bytes: u64,
+        schedule: Schedule,
+    ) -> CachedPlan {
         let signature = signature(&view);
+        let view = self
+            .entries
+            .iter()
+            .find(|e| e.signature == signature)
+            .map_or(view, |e| e.view.clone());
         self.entries
             .retain(|e| !(e.signature == signature && e.budget_bytes == budget_bytes));
         if self.entries.len() == self.capacity {
@@ -192,7 +209,7 @@ impl PlanCache {
         let entry = CachedPlan {
             signature,
             budget_bytes,
-            view: Arc::new(view),
+            view,
             schedule: Arc::new(schedule),
         };
         self.entries.push_back(entry.clone());
@@ -213,6 +230,22 @@ impl PlanCache {
         }
         let schedule = plan(view, budget_bytes)?;
         Ok(self.insert(view.clone(), budget_bytes, schedule))
+    }
+
+    /// [`get_or_plan`](Self::get_or_plan) for a view held elsewhere too (not copied).
+    ///
+    /// # Errors
+    /// As [`plan`].
+    pub fn get_or_plan_shared(
+        &mut self,
+        view: &Arc<GraphView>,
+        budget_bytes: u64,
+    ) -> Result<CachedPlan, Error> {
+        if let Some(entry) = self.get(signature(view), budget_bytes) {
+            return Ok(entry);
+        }
+        let schedule = plan(view, budget_bytes)?;
+        Ok(self.insert_shared(view.clone(), budget_bytes, schedule))
     }
 
     /// The number of cached plans.

@@ -154,7 +154,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
             let mut nodes = pending.view.nodes().to_vec();
             smooth_costs(&mut nodes, pending.backend);
             GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
-                .unwrap_or(pending.view)
+                .map_or(pending.view, Arc::new)
         };
         if completed
             && pending.plan
@@ -163,10 +163,9 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
             PLANS.with(|plans| {
                 plans
                     .borrow_mut()
-                    .insert(view.clone(), pending.budget, schedule)
+                    .insert_shared(view.clone(), pending.budget, schedule)
             });
         }
-        let view = Arc::new(view);
         let signature = planner::signature(&view);
         set_sides(signature, pending.sides);
         THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature)));

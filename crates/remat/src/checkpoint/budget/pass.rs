@@ -180,23 +180,10 @@ pub(crate) fn plan_pass(
             })
             .collect()
     };
-    let mut nodes: Vec<planner::Node> = Vec::with_capacity(by_id.len());
     let mut held = Vec::new();
     let mut held_bytes = 0;
     for (i, &k) in by_id.iter().enumerate() {
         let e = &entries[k].1;
-        let mut reads = to_index(&e.step_reads);
-        if e.reads_output {
-            reads.push(i as u32);
-        }
-        let cost = measured(e.id).unwrap_or_else(|| estimate(e.cost, e.bytes));
-        nodes.push(
-            planner::Node::new(e.name, e.bytes, cost)
-                .inputs(to_index(&e.inputs))
-                .step_reads(reads)
-                .replayable(e.replayable)
-                .fixed_bytes(e.fixed_bytes),
-        );
         if e.held {
             held.push(i as u32);
             held_bytes += e.bytes;
@@ -234,31 +221,70 @@ pub(crate) fn plan_pass(
             Arc::from([])
         };
         let aligned = prefix && session.ids.len() == by_id.len() + sides.len();
-        let follow = session.follow.take();
-        (
+        let follow = session.follow.take().filter(|_| prefix);
+        // NOTE [followed-view]: a step that followed its plan to the end recorded the plan's
+        // view op for op: that view is the pass's, shared, not built again (on Burn's
+        // `Lstm`, 4,700 ops, each copy of a view is about 0.8 MB of the step's heap).
+        let followed_view = follow
+            .as_ref()
+            .filter(|f| {
+                aligned
+                    && f.plan.view.len() == by_id.len()
+                    && f.plan.view.step_order() == step_order.as_slice()
+            })
+            .map(|f| f.plan.view.clone());
+        let view = followed_view.map(Ok).or_else(|| {
             aligned
                 .then(|| without_sides(&session.nodes, &sides))
-                .flatten(),
-            follow.filter(|_| prefix),
-            sides,
-        )
+                .flatten()
+                .map(Err)
+        });
+        (view, follow, sides)
     });
-    if let Some(session_nodes) = session_view {
-        nodes = session_nodes;
-    }
     // The pass's inner backend, when it has one (a graph may span backends: NOTE
     // [op-times] in `cost.rs`, replay times are per backend).
     let mut backends = order.iter().map(|n| n.backend());
     let first = backends.next();
     let backend = first.filter(|&b| backends.all(|other| other == b));
-    smooth_costs(&mut nodes, backend);
-    let view = GraphView::with_step_order(nodes.clone(), step_order.clone()).unwrap_or_else(|e| {
-        panic!("remat internal error: a backward pass gave the planner an invalid view: {e}")
-    });
+    let view: Arc<GraphView> = match session_view {
+        Some(Ok(view)) => view,
+        described => {
+            let mut nodes = match described {
+                Some(Err(nodes)) => nodes,
+                _ => by_id
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &k)| {
+                        let e = &entries[k].1;
+                        let mut reads = to_index(&e.step_reads);
+                        if e.reads_output {
+                            reads.push(i as u32);
+                        }
+                        let cost = measured(e.id).unwrap_or_else(|| estimate(e.cost, e.bytes));
+                        planner::Node::new(e.name, e.bytes, cost)
+                            .inputs(to_index(&e.inputs))
+                            .step_reads(reads)
+                            .replayable(e.replayable)
+                            .fixed_bytes(e.fixed_bytes)
+                    })
+                    .collect(),
+            };
+            smooth_costs(&mut nodes, backend);
+            Arc::new(
+                GraphView::with_step_order(nodes, step_order.clone()).unwrap_or_else(|e| {
+                    panic!(
+                        "remat internal error: a backward pass gave the planner an invalid \
+                         view: {e}"
+                    )
+                }),
+            )
+        }
+    };
+    let nodes = view.nodes();
     // Held values that no step and no replay of this pass reads (kept for a graph that was
     // dropped, say) are dropped now, as every pass drops unneeded backups.
     let mut read = vec![false; nodes.len()];
-    for node in &nodes {
+    for node in nodes {
         for &v in &node.step_reads {
             read[v as usize] = true;
         }
@@ -281,7 +307,7 @@ pub(crate) fn plan_pass(
     // first (their own passes rebuild them).
     let attempt_within = |budget: u64, held: &[u32], limit: f64| {
         attempt_plan(
-            &nodes,
+            nodes,
             &step_order,
             &entries,
             order.len(),
@@ -359,7 +385,7 @@ pub(crate) fn plan_pass(
         let attempt = match within_outside {
             // Made above for this state and this budget, without a limit.
             Some(per_node) => {
-                let replayed: f64 = per_node.iter().map(|a| replay_cost(&nodes, a)).sum();
+                let replayed: f64 = per_node.iter().map(|a| replay_cost(nodes, a)).sum();
                 Ok((replayed <= limit).then_some(per_node))
             }
             None => attempt_within(budget, held, limit),
@@ -488,7 +514,7 @@ pub(crate) fn plan_pass(
 /// replays (`cost::replay_samples` passed `samples`). The pass owns it: a backward pass run
 /// inside another one (in a custom op's backward, say) has its own.
 pub(crate) struct Pending {
-    pub(super) view: GraphView,
+    pub(super) view: Arc<GraphView>,
     /// The pass's inner backend, when it ran on one.
     pub(super) backend: Option<TypeId>,
     pub(super) budget: u64,

@@ -536,13 +536,13 @@ pub(crate) fn on_record<B: Backend>(
                 let plan = match last {
                     Some((view, signature)) => match plans.get(signature, session.budget) {
                         Some(plan) => plan,
-                        None => plans.get_or_plan(&view, session.budget).ok()?,
+                        None => plans.get_or_plan_shared(&view, session.budget).ok()?,
                     },
                     None => match plans.most_recent_starting_with(session.budget, &entry) {
                         Some(plan) => plan.clone(),
                         None => {
                             let view = plans.most_recent_view_starting_with(&entry)?;
-                            plans.get_or_plan(&view, session.budget).ok()?
+                            plans.get_or_plan_shared(&view, session.budget).ok()?
                         }
                     },
                 };
