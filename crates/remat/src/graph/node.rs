@@ -115,6 +115,24 @@ pub(crate) fn charged_constants<B: BackendTypes>(edges: &[Input<B>]) -> u64 {
         .sum()
 }
 
+/// The constants on `edges` whose buffer other holders share (NOTE [shared-constants]):
+/// each as (its shared ticket's address, its bytes, whether this edge carries the charge).
+pub(crate) fn shared_constants<B: BackendTypes>(
+    edges: &[Input<B>],
+) -> SmallVec<[(usize, u64, bool); 1]> {
+    edges
+        .iter()
+        .filter(|input| input.node.is_none())
+        .filter_map(|input| input.held.as_ref())
+        .filter_map(|kept| match &kept.0.ticket {
+            Held::Shared { _ticket, owner } => {
+                Some((Arc::as_ptr(_ticket) as usize, kept.bytes(), *owner))
+            }
+            Held::Own(_) => None,
+        })
+        .collect()
+}
+
 impl<B: BackendTypes> Input<B> {
     /// The tracked non-leaf producer whose slot holds this input's value, if any.
     pub(crate) fn producer(&self) -> Option<&Arc<Node<B>>> {
@@ -506,6 +524,8 @@ pub(crate) struct ScheduleEntry {
     pub(crate) replayable: bool,
     /// Bytes of constants held on the node's edges (leaves excluded).
     pub(crate) fixed_bytes: u64,
+    /// The constants among them that other nodes hold too (see [`shared_constants`]).
+    pub(crate) shared: SmallVec<[(usize, u64, bool); 1]>,
     /// Whether the value is held now.
     pub(crate) held: bool,
 }
@@ -671,6 +691,7 @@ impl<B: Backend> GraphNode for Node<B> {
             .filter_map(|(_, input)| id_of(input))
             .collect();
         let fixed_bytes = charged_constants(&op.inputs);
+        let shared = shared_constants(&op.inputs);
         // A value that no planner decides and that was kept may not have its inputs retained
         // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
         let replayable = op.rule.replayable()
@@ -686,6 +707,7 @@ impl<B: Backend> GraphNode for Node<B> {
             reads_output: op.reads.output,
             replayable,
             fixed_bytes,
+            shared,
             held: matches!(state.slot, Slot::Stored(_)),
         })
     }

@@ -105,6 +105,20 @@ pub fn same_structure(a: &Node, b: &Node) -> bool {
         && a.forced == b.forced
 }
 
+/// Whether `recorded`, an op as the engine records it, may be `node` of a view made from an
+/// earlier step: the same structure, its constants at most the view's (a pass's view also
+/// charges a shared constant to the holder that steps last: NOTE \[shared-release\] in
+/// `checkpoint/budget/pass.rs`).
+pub fn recorded_as(recorded: &Node, node: &Node) -> bool {
+    recorded.name == node.name
+        && recorded.bytes == node.bytes
+        && recorded.inputs == node.inputs
+        && recorded.step_reads == node.step_reads
+        && recorded.replayable == node.replayable
+        && recorded.fixed_bytes <= node.fixed_bytes
+        && recorded.forced == node.forced
+}
+
 /// A cached plan: the view it was made for and its schedule.
 #[derive(Clone, Debug)]
 pub struct CachedPlan {
@@ -156,7 +170,7 @@ impl PlanCache {
     }
 
     /// The most recently used plan for `budget_bytes` whose view starts with an op like
-    /// `first` ([`same_structure`]): what the engine follows from the first op of a step (a
+    /// `first` ([`recorded_as`]): what the engine follows from the first op of a step (a
     /// loop whose last batch is smaller has two graphs; each step picks its own).
     pub fn most_recent_starting_with(
         &self,
@@ -166,7 +180,7 @@ impl PlanCache {
         self.entries.iter().rev().find(|e| {
             e.budget_bytes == budget_bytes
                 && !e.view.is_empty()
-                && same_structure(first, e.view.node(0))
+                && recorded_as(first, e.view.node(0))
         })
     }
 
@@ -177,7 +191,7 @@ impl PlanCache {
         self.entries
             .iter()
             .rev()
-            .find(|e| !e.view.is_empty() && same_structure(first, e.view.node(0)))
+            .find(|e| !e.view.is_empty() && recorded_as(first, e.view.node(0)))
             .map(|e| e.view.clone())
     }
 

@@ -94,6 +94,49 @@ fn side_ops(
         .collect()
 }
 
+// NOTE [shared-release]: NOTE [shared-constants] charges a constant several ops hold to the
+// first of them to record it, and the model releases the charge at that holder's step;
+// where another holder steps later, the buffer outlived its charge (Burn's `Lstm`: each
+// step's input slice is read by the four gates, whose steps do not run in reverse
+// recording order; under a quarter of SaveAll's bytes `stats` peaked 28 KiB over the
+// budget on 32 steps, 114 KiB on 128). The step order is known here, at `backward()`: the
+// pass's view also charges each shared constant to the holder that steps last when that
+// is not its owner (or when the owner is not in the pass), so the model holds it until
+// the last holder's step. It is counted twice between that holder's op and the owner's
+// step: safe, and on the Lstm one input slice a step. A step following a plan made from
+// such a view records its ops with the first holder's charges: the follow takes a recorded
+// op's constants as at most the view's (`planner::recorded_as`).
+
+/// Charges each shared constant of the pass also to its holder that steps last, when that
+/// is not its owner (NOTE \[shared-release\]). `nodes` are in view order (`by_id`), and
+/// `entries` in step order.
+fn charge_last_holders(
+    nodes: &mut [planner::Node],
+    entries: &[(usize, ScheduleEntry)],
+    by_id: &[usize],
+) {
+    // By constant: its owner's view index, and its last-stepping holder's step position,
+    // view index and bytes.
+    let mut owner: HashMap<usize, u32> = HashMap::new();
+    let mut last: HashMap<usize, (usize, u32, u64)> = HashMap::new();
+    for (i, &k) in by_id.iter().enumerate() {
+        for &(key, bytes, owns) in &entries[k].1.shared {
+            if owns {
+                owner.insert(key, i as u32);
+            }
+            let holder = last.entry(key).or_insert((k, i as u32, bytes));
+            if k > holder.0 {
+                *holder = (k, i as u32, bytes);
+            }
+        }
+    }
+    for (key, (_, holder, bytes)) in last {
+        if owner.get(&key) != Some(&holder) {
+            nodes[holder as usize].fixed_bytes += bytes;
+        }
+    }
+}
+
 /// The session's `nodes` without its side ops (NOTE \[side-ops\] in `mod.rs`), renumbered;
 /// `None` when a node reads a side op.
 fn without_sides(nodes: &[planner::Node], sides: &[Side]) -> Option<Vec<planner::Node>> {
@@ -269,6 +312,7 @@ pub(crate) fn plan_pass(
                     })
                     .collect(),
             };
+            charge_last_holders(&mut nodes, &entries, &by_id);
             smooth_costs(&mut nodes, backend);
             Arc::new(
                 GraphView::with_step_order(nodes, step_order.clone()).unwrap_or_else(|e| {

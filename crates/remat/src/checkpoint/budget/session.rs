@@ -25,7 +25,7 @@ use smallvec::SmallVec;
 
 use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, sides_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
-use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, same_structure};
+use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, recorded_as};
 use crate::stats::KeepReason;
 
 thread_local! {
@@ -65,11 +65,11 @@ impl Follow {
     }
 
     /// Whether `entry`, recorded at session position `at`, is the view's node `v` (its
-    /// inputs renumbered past the side ops).
+    /// inputs renumbered past the side ops; [`recorded_as`]).
     fn matches(&self, entry: &planner::Node, v: u32) -> bool {
         let node = self.plan.view.node(v);
         if self.sides.is_empty() {
-            return same_structure(entry, node);
+            return recorded_as(entry, node);
         }
         let same = |ours: &[u32], theirs: &[u32]| {
             ours.len() == theirs.len()
@@ -81,7 +81,7 @@ impl Follow {
         entry.name == node.name
             && entry.bytes == node.bytes
             && entry.replayable == node.replayable
-            && entry.fixed_bytes == node.fixed_bytes
+            && entry.fixed_bytes <= node.fixed_bytes
             && entry.forced == node.forced
             && same(&entry.inputs, &node.inputs)
             && same(&entry.step_reads, &node.step_reads)
@@ -532,7 +532,7 @@ pub(crate) fn on_record<B: Backend>(
                 // under this budget, or (NOTE [plan-ahead]) a plan made for it now.
                 let last = THREAD_VIEW
                     .with(|v| v.borrow().clone())
-                    .filter(|(view, _)| !view.is_empty() && same_structure(&entry, view.node(0)));
+                    .filter(|(view, _)| !view.is_empty() && recorded_as(&entry, view.node(0)));
                 let plan = match last {
                     Some((view, signature)) => match plans.get(signature, session.budget) {
                         Some(plan) => plan,
