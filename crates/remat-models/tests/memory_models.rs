@@ -8,7 +8,7 @@
 //! Forward only: the ratio is decided by what the forward pass keeps, and the graph is
 //! dropped without backward (the heap then returns to where it was).
 
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderLayer};
@@ -20,6 +20,9 @@ use remat_models::programs::synthetic;
 #[allow(dead_code)]
 #[path = "../../remat/tests/support/heap.rs"]
 mod heap;
+
+#[path = "support/one_thread.rs"]
+mod one_thread;
 
 #[global_allocator]
 static GLOBAL: heap::Heap = heap::Heap;
@@ -54,17 +57,7 @@ fn warm_up<const D: usize>(
     shape: [usize; D],
     forward: impl FnOnce(Tensor<D>) -> Tensor<D>,
 ) {
-    static ONE_THREAD: Once = Once::new();
-    ONE_THREAD.call_once(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .start_handler(|_| {
-                heap::set_measured(true);
-            })
-            .build_global()
-            .expect("rayon's global pool is configured before any Flex op of this binary");
-    });
-    heap::set_measured(true);
+    one_thread::one_measured_thread();
     let len = shape.iter().product::<usize>();
     let x = Tensor::<D>::from_data(TensorData::new(synthetic(len, 3), shape), device);
     drop(forward(x.require_grad()));

@@ -28,7 +28,7 @@
 //! tests/memory_models.rs), not the harness's other threads; its counters are shared, so the
 //! tests of this file run one at a time.
 
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard};
 
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::nn::{Gelu, Relu};
@@ -40,6 +40,9 @@ use remat_models::programs::{synthetic, synthetic_labels};
 // The engine's tests' counting allocator.
 #[path = "../../remat/tests/support/heap.rs"]
 mod heap;
+
+#[path = "support/one_thread.rs"]
+mod one_thread;
 
 #[global_allocator]
 static GLOBAL: heap::Heap = heap::Heap;
@@ -57,18 +60,8 @@ const TRANSIENT: isize = 4;
 /// thread, so that its per-thread buffers are made in the warm-up.
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
-    static ONE_THREAD: Once = Once::new();
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    ONE_THREAD.call_once(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .start_handler(|_| {
-                heap::set_measured(true);
-            })
-            .build_global()
-            .expect("rayon's global pool is configured before any Flex op of this binary");
-    });
-    heap::set_measured(true);
+    one_thread::one_measured_thread();
     guard
 }
 

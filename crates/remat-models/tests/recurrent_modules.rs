@@ -17,7 +17,7 @@
 //! hold yet is in ARCHITECTURE.md (FIXME [lstm-plans]). `REMAT_RNN_STEPS` sets the length
 //! (`scripts/long-tests.sh` runs 128).
 
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
 use burn::nn::{Gru, GruConfig, Lstm, LstmConfig};
 use burn::optim::GradientsParams;
@@ -32,6 +32,10 @@ mod heap;
 #[global_allocator]
 static GLOBAL: heap::Heap = heap::Heap;
 
+#[path = "support/one_thread.rs"]
+mod one_thread;
+use one_thread::one_measured_thread;
+
 /// The allocator's counters are shared: the tests of this binary run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -44,22 +48,6 @@ fn steps() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(32)
-}
-
-/// Flex runs large kernels on rayon's pool, whose threads keep per-thread buffers from
-/// their first job on: one thread, measured, so that they are made in the warm-up steps.
-fn one_thread() {
-    static ONE_THREAD: Once = Once::new();
-    ONE_THREAD.call_once(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .start_handler(|_| {
-                heap::set_measured(true);
-            })
-            .build_global()
-            .expect("rayon's pool is configured first");
-    });
-    heap::set_measured(true);
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -122,7 +110,7 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
 /// bound on a planned step's heap over SaveAll's peak), and checks what the module docs say.
 fn check(model: Model, shares: &[(u64, f64)]) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    one_thread();
+    one_measured_thread();
     let device = Device::flex().autodiff();
     device.seed(3);
     let net = Net {

@@ -110,13 +110,23 @@ pub fn same_structure(a: &Node, b: &Node) -> bool {
 /// charges a shared constant to the holder that steps last: NOTE \[shared-release\] in
 /// `checkpoint/budget/pass.rs`).
 pub fn recorded_as(recorded: &Node, node: &Node) -> bool {
+    recorded_as_renumbered(recorded, node, |ours, theirs| ours == theirs)
+}
+
+/// [`recorded_as`], the recorded op's node lists compared with the view's by `same` (an
+/// engine whose recorded ops are numbered otherwise than the view's nodes).
+pub(crate) fn recorded_as_renumbered(
+    recorded: &Node,
+    node: &Node,
+    same: impl Fn(&[u32], &[u32]) -> bool,
+) -> bool {
     recorded.name == node.name
         && recorded.bytes == node.bytes
-        && recorded.inputs == node.inputs
-        && recorded.step_reads == node.step_reads
         && recorded.replayable == node.replayable
         && recorded.fixed_bytes <= node.fixed_bytes
         && recorded.forced == node.forced
+        && same(&recorded.inputs, &node.inputs)
+        && same(&recorded.step_reads, &node.step_reads)
 }
 
 /// A cached plan: the view it was made for and its schedule.
@@ -239,11 +249,10 @@ impl PlanCache {
         view: &GraphView,
         budget_bytes: u64,
     ) -> Result<CachedPlan, Error> {
-        if let Some(entry) = self.get(signature(view), budget_bytes) {
-            return Ok(entry);
+        match self.get(signature(view), budget_bytes) {
+            Some(entry) => Ok(entry),
+            None => self.get_or_plan_shared(&Arc::new(view.clone()), budget_bytes),
         }
-        let schedule = plan(view, budget_bytes)?;
-        Ok(self.insert(view.clone(), budget_bytes, schedule))
     }
 
     /// [`get_or_plan`](Self::get_or_plan) for a view held elsewhere too (not copied).

@@ -99,6 +99,7 @@ mod view;
 mod tests;
 
 pub use bound::recompute_lower_bound;
+pub(crate) use cache::recorded_as_renumbered;
 pub use cache::{CachedPlan, PlanCache, SignatureHasher, recorded_as, same_structure, signature};
 pub use decisions::from_decisions;
 pub use dtr::Dtr;

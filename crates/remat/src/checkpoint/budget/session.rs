@@ -71,20 +71,13 @@ impl Follow {
         if self.sides.is_empty() {
             return recorded_as(entry, node);
         }
-        let same = |ours: &[u32], theirs: &[u32]| {
+        planner::recorded_as_renumbered(entry, node, |ours, theirs| {
             ours.len() == theirs.len()
                 && ours
                     .iter()
                     .zip(theirs)
                     .all(|(&u, &w)| self.view_node(u) == Ok(w))
-        };
-        entry.name == node.name
-            && entry.bytes == node.bytes
-            && entry.replayable == node.replayable
-            && entry.fixed_bytes <= node.fixed_bytes
-            && entry.forced == node.forced
-            && same(&entry.inputs, &node.inputs)
-            && same(&entry.step_reads, &node.step_reads)
+        })
     }
 
     /// The plan's forward actions for `entry`, recorded at session position `at`, in session
