@@ -59,6 +59,7 @@ pub use active::is_active;
 pub use backend::Autodiff;
 pub use checkpoint::budget::{BudgetError, check_budget, tradeoff, try_with_budget};
 pub use checkpoint::checkpoint;
+pub use checkpoint::cost::{OpCosts, op_costs, set_op_costs};
 pub use checkpoint::policy::{
     ActivePolicy, Cost, Decision, OpInfo, Policy, PolicySource, Selector, policy, reset_policy,
     set_policy, with_policy,

@@ -1,5 +1,6 @@
-//! Asynchronous inner backends (a GPU backend, burn-fusion): under a budget, op times are
-//! measured between syncs only while a training loop warms up (NOTE [op-times],
+//! Asynchronous inner backends (a GPU backend, burn-fusion): under a budget with measured
+//! op costs (`remat::OpCosts::Measured`, set by every test here), op times are measured
+//! between syncs only while a training loop warms up (NOTE [op-times],
 //! [timing-window] and [new-sizes] in `checkpoint/cost.rs`), and neither recording nor
 //! replaying reads a value back to the host. Counted below remat on `Counting<Flex>`, whose
 //! `sync` and `*_into_data` calls are what a GPU backend would wait on.
@@ -78,12 +79,93 @@ fn tight(rows: usize) -> Policy {
     Policy::Budget(5 * activation(rows))
 }
 
+/// NOTE [op-times]: under a budget an op is timed between two syncs (on an asynchronous
+/// backend the wall time is only its launch) for its first runs per kind on the thread
+/// (NOTE [timing-window]: within two periods of its first run), never after. A 6-op step of
+/// one kind (`sin` on the same shape) syncs 2 x 2 times in the first step (its second run is
+/// one period after its first), none in the next; other policies never sync.
+#[test]
+fn a_budget_syncs_to_time_an_op_only_for_its_first_runs() {
+    let step = sin_step::<C>;
+    std::thread::spawn(move || {
+        measured();
+        reset_calls();
+        remat::with_policy(Policy::SaveAll, step);
+        assert_eq!(syncs(), 0, "SaveAll");
+        // `float_sum` is recorded too (a kind of its own, one run a step).
+        remat::with_policy(Policy::Budget(u64::MAX), step);
+        assert_eq!(syncs(), 2 * (2 + 1), "first budget step");
+        reset_calls();
+        remat::with_policy(Policy::Budget(u64::MAX), step);
+        assert_eq!(
+            syncs(),
+            2,
+            "second step: only the sum still has samples to take"
+        );
+        for _ in 0..3 {
+            remat::with_policy(Policy::Budget(u64::MAX), step);
+        }
+        reset_calls();
+        remat::with_policy(Policy::Budget(u64::MAX), step);
+        assert_eq!(syncs(), 0, "every kind timed within its window");
+    })
+    .join()
+    .unwrap();
+}
+
+/// NOTE [op-times]: op times are per inner backend. A thread that timed an op's kind on one
+/// backend times it again on another (the same ops on `Flex` and on `Counting<Flex>` here;
+/// in a user's process, a CPU and a GPU backend): the second backend's first budget step
+/// syncs 2 x 2 times again. They shared one table, so a process running two backends (the
+/// benchmark's Flex and NdArray) planned the second with the first one's op times.
+#[test]
+fn op_times_are_kept_per_inner_backend() {
+    type P = Autodiff<Flex>;
+    std::thread::spawn(|| {
+        measured();
+        // Every kind of the step timed on Flex.
+        for _ in 0..5 {
+            remat::with_policy(Policy::Budget(u64::MAX), sin_step::<P>);
+        }
+        reset_calls();
+        remat::with_policy(Policy::Budget(u64::MAX), sin_step::<C>);
+        assert_eq!(
+            syncs(),
+            2 * (2 + 1),
+            "the same ops on another backend are timed anew"
+        );
+    })
+    .join()
+    .unwrap();
+}
+
+/// A 6-op step of one kind (`sin` on a 4-element leaf) and its backward pass, on `B`.
+fn sin_step<B: AutodiffBackend>() {
+    let x = B::float_set_require_grad(
+        B::float_from_data(
+            TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
+            &Default::default(),
+        ),
+        true,
+    );
+    let y = (0..6).fold(x.clone(), |y, _| B::float_sin(y));
+    let grads = B::backward(B::float_sum(y));
+    assert!(B::grad(&x, &grads).is_some());
+}
+
+/// Measured op costs (NOTE [estimated-costs] in `checkpoint/cost.rs`): every test of this
+/// binary times ops, so setting it process-wide races with nothing.
+fn measured() {
+    remat::set_op_costs(remat::OpCosts::Measured);
+}
+
 /// NOTE [timing-window]: a budget that rebuilds values syncs to time ops and replays in the
 /// first two steps of a training loop, and never from the third step on: the device's
 /// queue is not drained at every op once the loop is warm.
 #[test]
 fn from_the_third_step_a_budget_makes_no_sync() {
     std::thread::spawn(|| {
+        measured();
         let syncs = syncs_per_step(tight, 8, |_| 16);
         assert!(syncs[0] > 0, "the first step timed nothing: {syncs:?}");
         assert_eq!(
@@ -107,6 +189,7 @@ fn from_the_third_step_a_budget_makes_no_sync() {
 #[test]
 fn a_loop_whose_shapes_change_every_step_stops_syncing() {
     std::thread::spawn(|| {
+        measured();
         let unlimited = |_: usize| Policy::Budget(u64::MAX);
         for (what, policy) in [
             ("unlimited", &unlimited as &dyn Fn(usize) -> Policy),
@@ -134,6 +217,7 @@ fn a_loop_whose_shapes_change_every_step_stops_syncing() {
 #[test]
 fn recording_and_replays_read_nothing_back() {
     std::thread::spawn(|| {
+        measured();
         for (what, policy) in [
             ("RecomputeAll", Some(Policy::RecomputeAll)),
             ("a budget", Some(tight(16))),

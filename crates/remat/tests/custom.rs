@@ -991,10 +991,20 @@ fn slow_double(x: T) -> T {
 /// custom op looks cheap (its forward is the caller's, untimed; its cost is estimated) but
 /// its replay sleeps 3 ms: the first step (online) replays it, and the plan made after that
 /// step rebuilds `sin(x)` instead. The plan used to rebuild the custom op's output every
-/// step (planned before the first step's replays ran, from forward times only).
+/// step (planned before the first step's replays ran, from forward times only). With
+/// measured op costs (`OpCosts::Measured`; estimated costs time nothing: NOTE
+/// [estimated-costs]), set while the tests of this binary that plan take turns (`serial`).
 #[test]
 fn the_plan_weighs_a_replay_by_what_replays_of_its_kind_took() {
     let _s = serial();
+    struct Estimated;
+    impl Drop for Estimated {
+        fn drop(&mut self) {
+            remat::set_op_costs(remat::OpCosts::Estimated);
+        }
+    }
+    remat::set_op_costs(remat::OpCosts::Measured);
+    let _estimated = Estimated;
     let x = leaf(&[0.5; 1000]);
     let value = 8000u64;
     let step = |budget: u64| {

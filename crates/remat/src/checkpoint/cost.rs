@@ -47,6 +47,19 @@
 //! cost for it: the plan made after the first step (which replays online) weighs what a
 //! replay really costs.
 //!
+//! NOTE [estimated-costs]: measured times differ between processes (timer noise, caches, the
+//! machine's load), and a plan is a discontinuous function of its costs: two processes of
+//! one program under one budget planned different schedules (Burn's `Lstm` at a quarter of
+//! SaveAll's bytes replayed 2,950 to 3,151 ops a step over five processes). So by default
+//! ([`OpCosts::Estimated`]) an op's cost is a model of its work computed from the graph
+//! alone: a fixed launch cost, the bytes it reads and writes, and its arithmetic where that
+//! dominates (matmul, linear, convolutions, attention: from their shapes; see [`Work`]).
+//! The same program then plans the same schedule in every process, and no op or replay is
+//! timed, so a budget makes no `sync` at all. [`OpCosts::Measured`] (set with
+//! [`set_op_costs`]) times ops and replays as described above: plans follow the machine
+//! (a softmax's several passes over its input, an out-of-place replay), at the price of
+//! plans that can differ from run to run.
+//!
 //! # Invariants
 //! - At most `2 * SAMPLES` syncs per kind of op per thread while the table holds it, and at
 //!   most [`SIZES`] kinds timed per op (and per replayed op): a thread's syncs are bounded
@@ -55,6 +68,110 @@
 use std::any::TypeId;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::graph::Cost;
+
+/// Where the budget's planner takes op costs from (NOTE [estimated-costs]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OpCosts {
+    /// A model of each op's work from its shapes alone: launch, bytes moved, arithmetic.
+    /// The same program under the same budget plans the same schedule in every process,
+    /// and a budget never syncs the device to time an op.
+    #[default]
+    Estimated,
+    /// Each op's forward time and each replay's time, measured on the thread between two
+    /// `Backend::sync`s for their first runs per kind. Plans weigh what the machine really
+    /// spends, but two processes of one program may plan differently (a budget that ran
+    /// still runs: every plan is checked against the budget before a step runs).
+    Measured,
+}
+
+static MEASURED: AtomicBool = AtomicBool::new(false);
+
+/// Chooses, for the whole process, where the budget's planner takes op costs from
+/// ([`OpCosts::Estimated`] by default). Plans already cached on a thread keep the costs
+/// they were made with; steps recorded from now on use the new choice.
+pub fn set_op_costs(costs: OpCosts) {
+    MEASURED.store(costs == OpCosts::Measured, Ordering::Relaxed);
+}
+
+/// Where the budget's planner takes op costs from now (see [`set_op_costs`]).
+pub fn op_costs() -> OpCosts {
+    if MEASURED.load(Ordering::Relaxed) {
+        OpCosts::Measured
+    } else {
+        OpCosts::Estimated
+    }
+}
+
+/// Nanoseconds an op is modelled to take before any byte moves (a kernel launch, the
+/// engine's dispatch).
+const LAUNCH_NS: f64 = 200.0;
+/// Nanoseconds per byte an op reads or writes (10 GB/s).
+const NS_PER_BYTE: f64 = 0.1;
+/// Nanoseconds per floating-point operation (20 GFLOP/s).
+const NS_PER_FLOP: f64 = 0.05;
+
+/// An op's work for its estimated cost (NOTE [estimated-costs]), taken from its inputs'
+/// shapes before it runs; [`Work::ns`] completes it with the output.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Work {
+    class: Cost,
+    input_bytes: u64,
+    /// Arithmetic per output element, where the op's work is counted per output element.
+    flops_per_output: f64,
+    /// Arithmetic in all, where it follows from the inputs alone.
+    flops: f64,
+}
+
+impl Work {
+    /// The work of op `name` (of cost class `class`) over inputs of shapes `shapes`
+    /// (`input_bytes` in all).
+    pub(crate) fn of(name: &str, class: Cost, shapes: &[&[usize]], input_bytes: u64) -> Self {
+        let elements = |i: usize| shapes.get(i).map_or(0, |s| s.iter().product::<usize>()) as f64;
+        let last = |i: usize| shapes.get(i).and_then(|s| s.last()).copied().unwrap_or(1) as f64;
+        let dim = |i: usize, d: usize| shapes.get(i).and_then(|s| s.get(d)).copied().unwrap_or(1);
+        // A convolution's weight: elements per output (or, transposed, per input) channel.
+        let per_channel = |w: usize| elements(w) / dim(w, 0).max(1) as f64;
+        let (flops_per_output, flops) = match name {
+            // [.., m, k] x [.., k, n]; linear's weight is [k, n].
+            "matmul" | "linear" => (2.0 * last(0), 0.0),
+            "conv1d" | "conv2d" | "conv3d" => (2.0 * per_channel(1), 0.0),
+            "deform_conv2d" => (2.0 * per_channel(2) + 12.0, 0.0),
+            "conv_transpose1d" | "conv_transpose2d" | "conv_transpose3d" => {
+                (0.0, 2.0 * elements(0) * per_channel(1))
+            }
+            "attention" => {
+                // q [.., s, d], k [.., t, d], v [.., t, dv]: scores, softmax, weighted sum.
+                let d = last(0);
+                let t = dim(1, shapes.get(1).map_or(0, |k| k.len()).saturating_sub(2));
+                let rows = elements(0) / d.max(1.0);
+                (0.0, rows * t as f64 * (2.0 * d + 2.0 * last(2) + 5.0))
+            }
+            _ => match class {
+                Cost::Alias => (0.0, 0.0),
+                Cost::Cheap | Cost::Random => (1.0, 0.0),
+                Cost::Compute => (0.0, 4.0 * elements(0)),
+            },
+        };
+        Self {
+            class,
+            input_bytes,
+            flops_per_output,
+            flops,
+        }
+    }
+
+    /// The op's estimated time (ns) given its output's elements and bytes.
+    pub(crate) fn ns(&self, output_elements: u64, output_bytes: u64) -> f64 {
+        if self.class == Cost::Alias {
+            return LAUNCH_NS;
+        }
+        let flops = self.flops + self.flops_per_output * output_elements as f64;
+        LAUNCH_NS + NS_PER_BYTE * (self.input_bytes + output_bytes) as f64 + NS_PER_FLOP * flops
+    }
+}
 
 /// Timed runs per kind of op before its median is used.
 pub(crate) const SAMPLES: usize = 5;
@@ -292,6 +409,9 @@ pub(crate) fn replay_samples() -> u64 {
 /// (NOTE [replay-times]): while the kind is sampled (NOTE [timing-window]) and among the
 /// first [`SIZES`] sizes of its op (NOTE [new-sizes]). Called once per replay.
 pub(crate) fn replay_wanted(kind: ReplayKind) -> bool {
+    if op_costs() == OpCosts::Estimated {
+        return false;
+    }
     REPLAYS.with(|r| {
         matches!(
             r.borrow_mut().run(kind, (kind.0, kind.1), kind.2),
@@ -309,6 +429,9 @@ pub(crate) fn record_replay(kind: ReplayKind, ns: f64) {
 
 /// The lower median of the kind's timed replays, if it has any (NOTE [replay-times]).
 pub(crate) fn replay_time(kind: ReplayKind) -> Option<f64> {
+    if op_costs() == OpCosts::Estimated {
+        return None;
+    }
     REPLAYS.with(|r| r.borrow().kinds.get(&kind)?.time())
 }
 

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
+use burn_backend::{Backend, BackendTypes, Shape, TensorMetadata, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
@@ -223,13 +223,21 @@ fn record_impl<B: Backend, R: Rule<B>>(
         values.push(primitive);
     }
 
+    // The op's cost for the budget's planner (NOTE [budget]): a replay costs as much.
+    // Estimated from its shapes (NOTE [estimated-costs] in checkpoint/cost.rs), or measured.
+    let estimated = placement.budget != 0 && cost::op_costs() == cost::OpCosts::Estimated;
+    let work = estimated.then(|| {
+        let shapes: SmallVec<[Shape; 3]> = values.iter().map(|v| v.shape()).collect();
+        let dims: SmallVec<[&[usize]; 3]> = shapes.iter().map(|s| &s[..]).collect();
+        let input_bytes = values.iter().map(|v| bytes::<B>(v) as u64).sum();
+        cost::Work::of(info.name, info.cost, &dims, input_bytes)
+    });
     let output = match output {
         Some(output) => {
             drop(values);
             output
         }
-        None if placement.budget != 0 => {
-            // Measured for the budget's planner (NOTE [budget]): a replay costs as much.
+        None if placement.budget != 0 && !estimated => {
             // Timed between syncs for its first runs (NOTE [op-times] in checkpoint/cost.rs).
             let kind = cost::Kind::new(
                 core::any::TypeId::of::<B>(),
@@ -251,6 +259,10 @@ fn record_impl<B: Backend, R: Rule<B>>(
         }
         None => rule.forward(values),
     };
+    if let Some(work) = work {
+        let elements = output.shape().num_elements() as u64;
+        budgeted.cost_ns = Some(work.ns(elements, bytes::<B>(&output) as u64));
+    }
     finish_node(rule, placement, edges, reads, output_mark, output, budgeted)
 }
 
