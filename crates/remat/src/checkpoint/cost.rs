@@ -494,6 +494,56 @@ mod tests {
         .unwrap();
     }
 
+    /// NOTE [estimated-costs]: launch, bytes moved and, where it dominates, arithmetic from
+    /// the shapes; equal shapes cost the same, whatever the process.
+    #[test]
+    fn an_estimate_follows_the_shapes() {
+        let ns = |name, class, shapes: &[&[usize]], out: &[usize]| {
+            let elems = |s: &[usize]| s.iter().product::<usize>() as u64;
+            let input_bytes = shapes.iter().map(|s| 4 * elems(s)).sum();
+            Work::of(name, class, shapes, input_bytes).ns(elems(out), 4 * elems(out))
+        };
+        // An add of two [16, 64]: 200 ns + 0.1 ns x 12 KiB moved + 0.05 ns x 1,024 flops.
+        let add = ns("add", Cost::Cheap, &[&[16, 64], &[16, 64]], &[16, 64]);
+        assert_eq!(add, 200.0 + 0.1 * 12_288.0 + 0.05 * 1_024.0);
+        assert_eq!(ns("reshape", Cost::Alias, &[&[16, 64]], &[1024]), 200.0);
+        // [16, 64] x [64, 256]: 2 x 16 x 256 x 64 flops.
+        let matmul = ns(
+            "matmul",
+            Cost::Compute,
+            &[&[16, 64], &[64, 256]],
+            &[16, 256],
+        );
+        let moved = 4.0 * (1_024.0 + 16_384.0 + 4_096.0);
+        assert_eq!(matmul, 200.0 + 0.1 * moved + 0.05 * 524_288.0);
+        // Twice the inner dimension, twice the arithmetic (the output is the same size).
+        let deeper = ns(
+            "matmul",
+            Cost::Compute,
+            &[&[16, 128], &[128, 256]],
+            &[16, 256],
+        );
+        assert!(
+            deeper > 1.9 * matmul && deeper < 2.1 * matmul,
+            "{deeper} vs {matmul}"
+        );
+        // conv2d of [1, 8, 32, 32] by [16, 8, 3, 3]: 2 x 72 flops an output element.
+        let conv = ns(
+            "conv2d",
+            Cost::Compute,
+            &[&[1, 8, 32, 32], &[16, 8, 3, 3]],
+            &[1, 16, 30, 30],
+        );
+        let moved = 4.0 * (8_192.0 + 1_152.0 + 14_400.0);
+        assert_eq!(conv, 200.0 + 0.1 * moved + 0.05 * 144.0 * 14_400.0);
+        // attention over [2, 4, 10, 8] queries and [2, 4, 12, 8] keys and values.
+        let q: &[usize] = &[2, 4, 10, 8];
+        let kv: &[usize] = &[2, 4, 12, 8];
+        let attention = ns("attention", Cost::Compute, &[q, kv, kv], q);
+        let moved = 4.0 * (640.0 + 768.0 + 768.0 + 640.0);
+        assert_eq!(attention, 200.0 + 0.1 * moved + 0.05 * 80.0 * 12.0 * 37.0);
+    }
+
     /// Estimates: linear between timed sizes, proportional beyond them.
     #[test]
     fn a_new_size_is_estimated_from_the_timed_ones() {
