@@ -56,15 +56,15 @@ pub fn saved_values() -> SavedValues {
     let registry = registry();
     let mut values: Vec<(u64, SavedValue)> = Vec::new();
     for shard in &registry.shards {
-        values.extend(shard.values().iter().map(|(id, e)| {
+        values.extend(shard.values().iter().map(|(e, dtype)| {
             let value = SavedValue {
                 op: e.op,
-                shape: e.shape.iter().copied().collect(),
-                dtype: e.dtype,
+                shape: e.dims.to_vec(),
+                dtype,
                 bytes: e.bytes,
                 reason: e.reason,
             };
-            (*id, value)
+            (e.id, value)
         }));
     }
     drop(registry);
