@@ -198,10 +198,20 @@ impl<'a> Bounds<'a> {
 /// in `blocks.rs`), the lean chain schedule's, whichever is smaller. On a chain of blocks
 /// it does not grow with the chain's length: one boundary value and the largest block's own
 /// need, plus the constants.
+///
+/// A view whose chain's blocks also read a value computed before them (NOTE
+/// \[pinned-chain\] in `pinned.rs`) has the pinned bytes plus the reduced chain's smallest.
 pub fn smallest_budget(view: &GraphView) -> u64 {
     let lean = min_feasible_budget(view);
-    match super::rotor::stages_of(view) {
-        Some(stages) => lean.min(super::rotor::min_budget(view, &stages)),
+    if let Some(stages) = super::rotor::stages_of(view) {
+        return lean.min(super::rotor::min_budget(view, &stages));
+    }
+    match super::pinned::reduced(view) {
+        Some(pinned) => {
+            let stages = super::rotor::stages_of(&pinned.view)
+                .expect("remat internal error: a reduced view has stages");
+            lean.min(pinned.bytes + super::rotor::min_budget(&pinned.view, &stages))
+        }
         None => lean,
     }
 }

@@ -86,6 +86,7 @@ pub(crate) mod exact;
 mod exec;
 mod feasible;
 mod mask;
+pub(crate) mod pinned;
 mod plan;
 pub mod revolve;
 pub(crate) mod rotor;

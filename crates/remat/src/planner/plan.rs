@@ -23,6 +23,7 @@ use std::sync::Arc;
 use super::analysis::Analysis;
 use super::exact::MAX_NODES;
 use super::exec::{self, Hints, Run, Strategy, Work};
+use super::pinned::{self, Pinned};
 use super::search::{self, Optimum};
 use super::{
     Action, Error, GraphView, Schedule, bound, chain, exact, revolve, rotor, simulate,
@@ -260,10 +261,14 @@ pub(crate) fn plan_with(
     // A chain of stages (NOTE [rotor] in `rotor.rs`): the heterogeneous chain's optimum.
     // On a large view it goes first (the portfolio's runs are then abandoned once they cost
     // more); on a smaller one it goes last, when the portfolio's best still replays.
+    // A chain whose blocks also read a value computed before them (NOTE [pinned-chain] in
+    // `pinned.rs`) is planned as the chain without those reads, the value held throughout.
+    let pinned = pinned::reduced(view);
+    let pinned = pinned.as_ref();
     let tier = Tier::of(view);
-    let large = view.len() > CHAIN_FIRST_OPS || tight_chain(view, &tier, budget);
+    let large = view.len() > CHAIN_FIRST_OPS || tight_chain(view, pinned, &tier, budget);
     if large && !(uniform_costs && best.cost().is_some()) {
-        chain_run(&mut best);
+        chain_run(&mut best, pinned);
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
     let revolve_optimal = uniform_costs && best.cost().is_some();
@@ -323,7 +328,7 @@ pub(crate) fn plan_with(
                 if !chain_done {
                     chain_done = true;
                     let before = best.cost();
-                    chain_run(&mut best);
+                    chain_run(&mut best, pinned);
                     if best.cost() != before {
                         chain_best = true;
                         abandoned = 0;
@@ -377,7 +382,7 @@ pub(crate) fn plan_with(
             }
         }
         if !chain_done && best.cost() != Some(0.0) {
-            chain_run(&mut best);
+            chain_run(&mut best, pinned);
         }
         if best.cost().is_none() {
             best.work.runs += 1;
@@ -415,9 +420,33 @@ pub(crate) fn plan_with(
 
 /// The chain's plan (NOTE \[rotor\] in `rotor.rs`), when the view has stages: the DP's
 /// schedule, or near the smallest budget (where the DP's units round the room away) the
-/// lean chain schedule.
-fn chain_run(best: &mut Best<'_>) {
+/// lean chain schedule. A view with `pinned` values (NOTE \[pinned-chain\]) gets the plan
+/// of its reduced chain, completed.
+fn chain_run(best: &mut Best<'_>, pinned: Option<&Pinned>) {
     let (view, budget) = (best.view, best.budget);
+    if rotor::stages_of(view).is_none()
+        && let Some(pinned) = pinned
+    {
+        // The reduced view has stages: its whole portfolio, the chain's plan among it (near
+        // keep-all the executor's runs beat the DP's coarse units, `CHAIN_FIRST_OPS`).
+        let planned = pinned
+            .room(budget)
+            .and_then(|room| plan_with(&pinned.view, room, false).ok());
+        if let Some((schedule, work)) = planned {
+            best.work.runs += work.runs;
+            best.work.units += work.units;
+            if best.consider(pinned.completed(view, &schedule, |_| true, &[])) {
+                return;
+            }
+        }
+        if best.cost().is_none()
+            && let Some(schedule) = pinned_plan(view, pinned, budget)
+        {
+            best.work.runs += 1;
+            best.consider(schedule);
+        }
+        return;
+    }
     let Some(stages) = rotor::stages_of(view) else {
         return;
     };
@@ -429,6 +458,22 @@ fn chain_run(best: &mut Best<'_>) {
     if best.cost().is_none() && budget >= rotor::min_budget(view, &stages) {
         best.consider(rotor::lean_chain(view, &stages));
     }
+}
+
+/// The chain plan of `pinned`'s reduced view under the budget less the pinned bytes,
+/// completed for `view` (NOTE \[pinned-chain\]): the DP's schedule when the completed one
+/// fits, else the lean chain schedule's where the room allows it.
+fn pinned_plan(view: &GraphView, pinned: &Pinned, budget: u64) -> Option<Schedule> {
+    let room = pinned.room(budget)?;
+    let stages = rotor::stages_of(&pinned.view)?;
+    let complete = |schedule: &Schedule| pinned.completed(view, schedule, |_| true, &[]);
+    if let Some(schedule) = chain_dp(&pinned.view, &stages, room).map(|s| complete(&s))
+        && simulate(view, &schedule, budget).is_ok()
+    {
+        return Some(schedule);
+    }
+    (room >= rotor::min_budget(&pinned.view, &stages))
+        .then(|| complete(&rotor::lean_chain(&pinned.view, &stages)))
 }
 
 /// The schedule of Rotor's DP over `stages`, when one fits its units.
@@ -445,8 +490,13 @@ fn chain_dp(view: &GraphView, stages: &super::blocks::Stages, budget: u64) -> Op
 /// [`plan`] considers this schedule among others and returns the cheapest, so its recompute
 /// is never above this one's: the gap says what the rest of the portfolio finds beyond the
 /// chain's optimum (which is exact in Rotor's model of a chain, not over all schedules).
+///
+/// A view whose chain's blocks also read a value computed before them (NOTE
+/// \[pinned-chain\] in `pinned.rs`) gets its reduced chain's plan, completed.
 pub fn chain_plan(view: &GraphView, budget: u64) -> Option<Schedule> {
-    let stages = rotor::stages_of(view)?;
+    let Some(stages) = rotor::stages_of(view) else {
+        return pinned_plan(view, pinned::reduced(view).as_ref()?, budget);
+    };
     if let Some(schedule) = chain_dp(view, &stages, budget)
         && simulate(view, &schedule, budget).is_ok()
     {
@@ -467,11 +517,19 @@ pub fn chain_plan(view: &GraphView, budget: u64) -> Option<Schedule> {
 /// chain's DP, whose tables grow with the budget, is not paid for). Measured (CPU time of
 /// `examples/plan_chain`, same plans): 1,000 blocks at the smallest budget 15.5 -> 10.6 s,
 /// at one slot 1.62 -> 0.71 s; 300 blocks 1.45 -> 1.01 s and 0.26 -> 0.13 s.
-fn tight_chain(view: &GraphView, tier: &Tier, budget: u64) -> bool {
-    tier.search_runs == 0
-        && rotor::stages_of(view).is_some_and(|stages| {
-            budget <= rotor::min_budget(view, &stages).saturating_mul(TIGHT_CHAIN)
-        })
+fn tight_chain(view: &GraphView, pinned: Option<&Pinned>, tier: &Tier, budget: u64) -> bool {
+    if tier.search_runs > 0 {
+        return false;
+    }
+    let smallest = match (rotor::stages_of(view), pinned) {
+        (Some(stages), _) => rotor::min_budget(view, &stages),
+        (None, Some(pinned)) => match rotor::stages_of(&pinned.view) {
+            Some(stages) => pinned.bytes + rotor::min_budget(&pinned.view, &stages),
+            None => return false,
+        },
+        (None, None) => return false,
+    };
+    budget <= smallest.saturating_mul(TIGHT_CHAIN)
 }
 
 /// How many times a chain's smallest budget counts as tight (NOTE [chain-tight]).

@@ -81,14 +81,25 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
     // On a long chain, a budget near the smallest replays the chain quadratically often
     // (any schedule does): rows whose plan would replay more than `MAX_REPLAYED` forward
     // passes are left out, as the chain's DP prices them before any schedule is made.
-    let stages = super::rotor::stages_of(view);
+    // A chain that reads pinned values (NOTE [pinned-chain] in `pinned.rs`) is priced on
+    // its reduced view, with the pinned bytes taken from the budget.
+    let reduced = super::pinned::reduced(view);
+    let chain = match (super::rotor::stages_of(view), &reduced) {
+        (Some(stages), _) => Some((view, stages, 0)),
+        (None, Some(pinned)) => {
+            super::rotor::stages_of(&pinned.view).map(|stages| (&pinned.view, stages, pinned.bytes))
+        }
+        (None, None) => None,
+    };
     let rows = budgets
         .into_iter()
         .filter_map(|budget| {
-            if let Some(stages) = &stages
+            if let Some((chain_view, stages, pinned_bytes)) = &chain
                 && view.len() > super::rotor::LONG_CHAIN
-                && super::rotor::Rotor::new(view, stages, budget)
-                    .is_some_and(|r| r.cost() > MAX_REPLAYED * forward_cost)
+                && budget.checked_sub(*pinned_bytes).is_some_and(|room| {
+                    super::rotor::Rotor::new(chain_view, stages, room)
+                        .is_some_and(|r| r.cost() > MAX_REPLAYED * forward_cost)
+                })
             {
                 return None;
             }

@@ -419,7 +419,7 @@ pub(crate) fn plan_pass(
         // every kept value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
         let resumed = planner::revolve::resume(&view, held, budget);
         let chain = (view.len() > planner::rotor::LONG_CHAIN)
-            .then(|| planner::rotor::resume(&view, held, budget))
+            .then(|| planner::pinned::chain_resume(&view, held, budget))
             .flatten();
         let resumed = match (resumed, chain) {
             (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
@@ -469,7 +469,7 @@ pub(crate) fn plan_pass(
             // does), the whole-step plan run once more (NOTE [replay-plan] in
             // `planner/rotor.rs`), and online eviction, abandoned once it replays more.
             let planned = [
-                planner::rotor::resume(&view, &pinned, budget),
+                planner::pinned::chain_resume(&view, &pinned, budget),
                 planner::rotor::replay_plan(&view, &pinned, budget),
             ]
             .into_iter()
@@ -496,7 +496,7 @@ pub(crate) fn plan_pass(
                 // does, by bisection (planning only: nothing runs).
                 let works = |b: u64| {
                     attempt_under(b, &pinned).is_ok()
-                        || planner::rotor::resume(&view, &pinned, b).is_some()
+                        || planner::pinned::chain_resume(&view, &pinned, b).is_some()
                         || planner::rotor::replay_plan(&view, &pinned, b).is_some()
                 };
                 let mut low = planner::smallest_budget(&view).max(budget);

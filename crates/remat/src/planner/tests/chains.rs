@@ -561,3 +561,112 @@ fn a_long_chain_plans_in_two_runs() {
         assert_eq!(planned, chain, "{slots} slots");
     }
 }
+
+/// `n` steps of `x = C x; x = x / |x|` where `C = A + l B` is computed once before the
+/// chain (a `mul` and an `add`, `l` a tracked leaf) and read by every step's matmul: the
+/// edges from `C` cross every cut (NOTE [pinned-chain]). `replayable: false` makes `C` a
+/// value that cannot be rebuilt (a mask drawn once).
+fn shared_power_iteration(n: u32, replayable: bool) -> GraphView {
+    let mut nodes: Vec<Node> = vec![
+        Node::new("mul", D, 300.0),
+        Node::new("add", D, 300.0)
+            .inputs([0])
+            .replayable(replayable),
+    ];
+    let mut push = |node: Node| {
+        nodes.push(node);
+        nodes.len() as u32 - 1
+    };
+    let mut x: Option<u32> = None;
+    for _ in 0..n {
+        let reads: Vec<u32> = std::iter::once(1).chain(x).collect();
+        let y = push(
+            Node::new("matmul", D, 5000.0)
+                .inputs(reads.clone())
+                .step_reads(reads),
+        );
+        let sq = push(Node::new("mul", D, 300.0).inputs([y]).step_reads([y]));
+        let s = push(Node::new("sum", 8, 200.0).inputs([sq]));
+        let norm = push(Node::new("sqrt", 8, 10.0).inputs([s]).step_reads([s]));
+        x = Some(push(
+            Node::new("div", D, 400.0)
+                .inputs([y, norm])
+                .step_reads([y, norm]),
+        ));
+    }
+    let x = x.expect("at least one step");
+    push(Node::new("sum", 8, 100.0).inputs([x]).step_reads([x]));
+    GraphView::new(nodes).expect("a shared power iteration is a valid view")
+}
+
+/// NOTE [pinned-chain]: a chain whose every block reads one value computed before it is
+/// planned as a chain with that value held once: its smallest budget does not grow with
+/// the length (it grew by about a matrix a step), and the plans there are valid.
+#[test]
+fn a_value_read_by_every_block_is_held_once_and_the_chain_planned() {
+    let lengths: &[u32] = if cfg!(debug_assertions) {
+        &[40, 150]
+    } else {
+        &[40, 150, 1000]
+    };
+    for replayable in [true, false] {
+        let mut smallest = Vec::new();
+        for &n in lengths {
+            let view = shared_power_iteration(n, replayable);
+            assert!(cuts(&view).is_none(), "C's reads cross every cut");
+            let min = smallest_budget(&view);
+            let schedule = plan(&view, min).expect("the smallest budget plans");
+            let outcome = simulate(&view, &schedule, min).expect("and its plan is valid");
+            assert!(outcome.peak_bytes <= min);
+            let chain = chain_plan(&view, min).expect("the chain's own plan at the smallest");
+            simulate(&view, &chain, min).expect("the chain's plan is valid");
+            // The chain's plan keeps C once, never replays it (the portfolio may find
+            // replaying C cheaper than something else).
+            let action = crate::planner::Action::Replay(1);
+            assert!(!chain.actions().contains(&action), "C is held throughout");
+            smallest.push(min);
+        }
+        // C, one boundary and a block's own need: about five matrices.
+        assert!(smallest[0] <= 6 * D, "{smallest:?}");
+        assert!(smallest.iter().all(|&b| b == smallest[0]), "{smallest:?}");
+    }
+}
+
+/// Between the smallest budget and keep-all, the pinned chain's plans are valid, and a
+/// larger budget never costs more; a step resumed from the lean state (C not kept by the
+/// forward pass) rebuilds C first and runs within the smallest budget.
+#[test]
+fn a_pinned_chain_plans_every_budget_and_resumes_from_the_lean_state() {
+    let view = shared_power_iteration(60, true);
+    let smallest = smallest_budget(&view);
+    let mut last = f64::INFINITY;
+    for slots in [0u64, 1, 2, 4, 8, 16, 40, 200] {
+        let budget = smallest + slots * D;
+        let schedule = plan(&view, budget).expect("plans");
+        let outcome = simulate(&view, &schedule, budget).expect("valid");
+        assert!(
+            outcome.recompute_cost <= last + 1e-6,
+            "{slots}: {outcome:?}"
+        );
+        last = outcome.recompute_cost;
+    }
+    assert_eq!(last, 0.0, "keep-all replays nothing");
+    let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], smallest)
+        .expect("resumes from the lean state");
+    let outcome = simulate(&view, &schedule, smallest).expect("valid");
+    assert_eq!(outcome.recompute_cost, cost);
+    let actions = schedule.actions();
+    let forward_end = actions
+        .iter()
+        .rposition(|a| matches!(a, crate::planner::Action::Compute(_)))
+        .unwrap();
+    assert_eq!(
+        &actions[forward_end + 1..forward_end + 4],
+        &[
+            crate::planner::Action::Replay(0),
+            crate::planner::Action::Replay(1),
+            crate::planner::Action::Free(0)
+        ],
+        "C rebuilt from what it is computed from first"
+    );
+}

@@ -1,0 +1,277 @@
+//! Chains whose blocks also read one value computed before them (NOTE [pinned-chain]).
+//!
+//! NOTE [pinned-chain]: a chain of blocks breaks its cuts (NOTE \[stages\] in `blocks.rs`)
+//! when every block also reads a value recorded before the chain: `C = A + l B` read by each
+//! step of a recurrence, weights normalized once and read by every step, a mask drawn once
+//! (not replayable). Leaves and constants are not nodes and never break a cut; such a value
+//! is a node, and the edges from it to every block cross every cut. Without stages the
+//! planner had only the portfolio's eviction runs, whose smallest budget grows with the
+//! chain's length (the recurrence above needed 17 MiB at 400 steps, 346 MiB at 10,000).
+//!
+//! Such a value is *pinned*: held from its forward computation to its last read, charged
+//! once. The chain is planned on the *reduced* view, the same nodes without any read of a
+//! pinned value (the pinned node itself made rebuildable there: nothing reads it, so no
+//! schedule of the reduced view rebuilds it), with the budget less the pinned bytes; the
+//! schedule is then *completed* for the real view: the pinned value is kept right after
+//! its computation (or, resuming from a forward pass that did not keep it, rebuilt with
+//! what it is computed from before the first backward action), every action of the reduced
+//! schedule about it is dropped, and it is freed after its last read. The simulator checks
+//! the completed schedule like any other.
+//!
+//! A node is pinned when at least [`MIN_READERS`] other nodes read it and its readers span
+//! more than half of the nodes after it, unless a region forces it to be rebuilt; at most
+//! [`MAX_PINNED`] of them, the most read first, and only when the reduced view has stages.
+//! The smallest budget of such a view is the pinned bytes plus the reduced chain's smallest
+//! (`feasible.rs`), which does not grow with the chain's length.
+//!
+//! Cost model: finding the pinned nodes and building the reduced view is O(n + e);
+//! completing a schedule is O(actions + e).
+
+use super::{Action, Forced, GraphView, Schedule, rotor};
+
+/// The fewest distinct readers a pinned node has.
+const MIN_READERS: usize = 4;
+
+/// The most nodes pinned in one view.
+const MAX_PINNED: usize = 8;
+
+/// A view's pinned nodes and its reduced view (see NOTE \[pinned-chain\]).
+pub(crate) struct Pinned {
+    /// The pinned nodes, ascending.
+    pub(crate) nodes: Vec<u32>,
+    /// Their bytes together.
+    pub(crate) bytes: u64,
+    /// The view without any read of a pinned node.
+    pub(crate) view: GraphView,
+}
+
+/// The pinned nodes of `view` and its reduced view, when the view has no stages of its own,
+/// some node qualifies and the reduced view has stages (NOTE \[pinned-chain\]).
+pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
+    let n = view.len();
+    if n < 2 * MIN_READERS {
+        return None;
+    }
+    let nodes = view.nodes();
+    // Distinct readers and the first and last of them, per node.
+    let mut readers = vec![0u32; n];
+    let mut first = vec![u32::MAX; n];
+    let mut last = vec![0u32; n];
+    let mut seen = vec![u32::MAX; n];
+    for (w, node) in nodes.iter().enumerate() {
+        for &u in node.inputs.iter().chain(&node.step_reads) {
+            let u = u as usize;
+            if u == w || seen[u] == w as u32 {
+                continue;
+            }
+            seen[u] = w as u32;
+            readers[u] += 1;
+            first[u] = first[u].min(w as u32);
+            last[u] = w as u32;
+        }
+    }
+    let mut candidates: Vec<u32> = (0..n)
+        .filter(|&u| {
+            readers[u] as usize >= MIN_READERS
+                && nodes[u].forced != Some(Forced::Recompute)
+                && 2 * (last[u] - first[u]) as usize > n - 1 - u
+        })
+        .map(|u| u as u32)
+        .collect();
+    if candidates.is_empty() || rotor::stages_of(view).is_some() {
+        return None;
+    }
+    candidates.sort_by_key(|&u| std::cmp::Reverse(readers[u as usize]));
+    candidates.truncate(MAX_PINNED);
+    candidates.sort_unstable();
+    let mut is_pinned = vec![false; n];
+    for &p in &candidates {
+        is_pinned[p as usize] = true;
+    }
+    let reduced_nodes = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let mut node = node.clone();
+            node.inputs.retain(|&u| !is_pinned[u as usize]);
+            node.step_reads.retain(|&u| !is_pinned[u as usize]);
+            if is_pinned[i] {
+                node.replayable = true;
+                node.forced = None;
+            }
+            node
+        })
+        .collect();
+    let reduced = GraphView::with_step_order(reduced_nodes, view.step_order().to_vec()).ok()?;
+    rotor::stages_of(&reduced)?;
+    let bytes = candidates.iter().map(|&p| nodes[p as usize].bytes).sum();
+    Some(Pinned {
+        nodes: candidates,
+        bytes,
+        view: reduced,
+    })
+}
+
+impl Pinned {
+    /// The budget left to the reduced view under `budget`, `None` when the pinned values
+    /// alone take it.
+    pub(crate) fn room(&self, budget: u64) -> Option<u64> {
+        budget.checked_sub(self.bytes)
+    }
+
+    /// `schedule` (for the reduced view) completed for the real `view`: each pinned value
+    /// kept from its computation in the forward pass, or where `kept_in_forward` says the
+    /// forward pass did not keep it, rebuilt when the forward pass ends (from `held`, what
+    /// the forward pass kept: what it is computed from that is not held is replayed too,
+    /// and freed); freed after its last read.
+    pub(crate) fn completed(
+        &self,
+        view: &GraphView,
+        schedule: &Schedule,
+        kept_in_forward: impl Fn(u32) -> bool,
+        held: &[u32],
+    ) -> Schedule {
+        let n = view.len();
+        let mut is_pinned = vec![false; n];
+        for &p in &self.nodes {
+            is_pinned[p as usize] = true;
+        }
+        let actions = schedule.actions();
+        let mut out: Vec<Action> = Vec::with_capacity(actions.len() + 4 * self.nodes.len());
+        // The forward pass ends after its last computation and the keeps that follow it.
+        let mut forward_end = actions
+            .iter()
+            .rposition(|a| matches!(a, Action::Compute(_)))
+            .map_or(0, |k| k + 1);
+        while matches!(actions.get(forward_end), Some(Action::Keep(_))) {
+            forward_end += 1;
+        }
+        for (k, &action) in actions.iter().enumerate() {
+            if k == forward_end {
+                self.rebuild(view, &kept_in_forward, held, &mut out);
+            }
+            match action {
+                Action::Keep(p) | Action::Free(p) | Action::Replay(p) if is_pinned[p as usize] => {}
+                Action::Compute(p) if is_pinned[p as usize] => {
+                    out.push(action);
+                    if kept_in_forward(p) {
+                        out.push(Action::Keep(p));
+                    }
+                }
+                _ => out.push(action),
+            }
+        }
+        if forward_end == actions.len() {
+            self.rebuild(view, &kept_in_forward, held, &mut out);
+        }
+        // Each pinned value is freed after the last action that reads it.
+        let nodes = view.nodes();
+        let reads = |action: Action, p: u32| match action {
+            Action::Compute(w) | Action::Replay(w) => nodes[w as usize].inputs.contains(&p),
+            Action::Step(w) => nodes[w as usize].step_reads.contains(&p),
+            Action::Keep(_) | Action::Free(_) => false,
+        };
+        let mut free_after: Vec<(usize, u32)> = Vec::with_capacity(self.nodes.len());
+        for &p in &self.nodes {
+            let became_held = if kept_in_forward(p) {
+                Action::Keep(p)
+            } else {
+                Action::Replay(p)
+            };
+            let Some(from) = out.iter().position(|&a| a == became_held) else {
+                continue;
+            };
+            let last = (from..out.len())
+                .rev()
+                .find(|&k| reads(out[k], p))
+                .unwrap_or(from);
+            free_after.push((last, p));
+        }
+        free_after.sort_unstable();
+        let mut done = Vec::with_capacity(out.len() + free_after.len());
+        let mut next = free_after.iter().peekable();
+        for (k, &action) in out.iter().enumerate() {
+            done.push(action);
+            while let Some(&&(at, p)) = next.peek()
+                && at == k
+            {
+                done.push(Action::Free(p));
+                next.next();
+            }
+        }
+        Schedule::new(done)
+    }
+
+    /// Rebuilds the pinned values the forward pass did not keep, from `held`: what each is
+    /// computed from that is not held is replayed in index order, and freed once the pinned
+    /// values are rebuilt.
+    fn rebuild(
+        &self,
+        view: &GraphView,
+        kept_in_forward: &impl Fn(u32) -> bool,
+        held: &[u32],
+        out: &mut Vec<Action>,
+    ) {
+        let missing: Vec<u32> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&p| !kept_in_forward(p))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let n = view.len();
+        let nodes = view.nodes();
+        let mut have = vec![false; n];
+        for &h in held {
+            have[h as usize] = true;
+        }
+        for &p in &self.nodes {
+            if kept_in_forward(p) {
+                have[p as usize] = true;
+            }
+        }
+        // The ancestors to replay: an explicit stack, no recursion.
+        let mut needed = vec![false; n];
+        let mut stack: Vec<u32> = missing.clone();
+        while let Some(v) = stack.pop() {
+            if needed[v as usize] || have[v as usize] {
+                continue;
+            }
+            needed[v as usize] = true;
+            stack.extend(nodes[v as usize].inputs.iter().copied());
+        }
+        let replays: Vec<u32> = (0..n as u32).filter(|&v| needed[v as usize]).collect();
+        out.extend(replays.iter().map(|&v| Action::Replay(v)));
+        out.extend(
+            replays
+                .iter()
+                .filter(|v| !missing.contains(v))
+                .map(|&v| Action::Free(v)),
+        );
+    }
+}
+
+/// [`rotor::resume`] for a view with stages; for a view whose chain reads pinned values
+/// (NOTE \[pinned-chain\]), the reduced chain resumed from `held` under the budget less the
+/// pinned bytes, completed (a pinned value the forward pass did not keep is rebuilt first).
+/// `None` when the view has neither or nothing fits.
+pub(crate) fn chain_resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
+    if rotor::stages_of(view).is_some() {
+        return rotor::resume(view, held, budget);
+    }
+    let pinned = reduced(view)?;
+    let room = pinned.room(budget)?;
+    let rest: Vec<u32> = held
+        .iter()
+        .copied()
+        .filter(|h| pinned.nodes.binary_search(h).is_err())
+        .collect();
+    let (schedule, _) = rotor::resume(&pinned.view, &rest, room)?;
+    let schedule = pinned.completed(view, &schedule, |p| held.contains(&p), held);
+    let cost = super::simulate(view, &schedule, budget)
+        .ok()?
+        .recompute_cost;
+    Some((schedule, cost))
+}
