@@ -94,6 +94,7 @@ mod schedule;
 mod search;
 mod simulate;
 mod tradeoff;
+pub(crate) mod tuples;
 mod view;
 
 #[cfg(test)]

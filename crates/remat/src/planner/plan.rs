@@ -25,6 +25,7 @@ use super::exact::MAX_NODES;
 use super::exec::{self, Hints, Run, Strategy, Work};
 use super::pinned::{self, Pinned};
 use super::search::{self, Optimum};
+use super::tuples::{self, Tupled};
 use super::{
     Action, Error, GraphView, Schedule, bound, chain, exact, revolve, rotor, simulate,
     smallest_budget,
@@ -264,11 +265,21 @@ pub(crate) fn plan_with(
     // A chain whose blocks also read a value computed before them (NOTE [pinned-chain] in
     // `pinned.rs`) is planned as the chain without those reads, the value held throughout.
     let pinned = pinned::reduced(view);
-    let pinned = pinned.as_ref();
+    // A chain whose blocks hand several values to the next (an LSTM's (h, c)) is planned
+    // with each hand-over made one value (NOTE [tuple-cuts] in `tuples.rs`).
+    let tupled = if pinned.is_none() {
+        tuples::tupled(view)
+    } else {
+        None
+    };
+    let chain = Chain {
+        pinned: pinned.as_ref(),
+        tupled: tupled.as_ref(),
+    };
     let tier = Tier::of(view);
-    let large = view.len() > CHAIN_FIRST_OPS || tight_chain(view, pinned, &tier, budget);
+    let large = view.len() > CHAIN_FIRST_OPS || tight_chain(view, &chain, &tier, budget);
     if large && !(uniform_costs && best.cost().is_some()) {
-        chain_run(&mut best, pinned);
+        chain_run(&mut best, &chain);
     }
     // Revolve is optimal for a uniform chain with equal costs: nothing can beat it.
     let revolve_optimal = uniform_costs && best.cost().is_some();
@@ -328,7 +339,7 @@ pub(crate) fn plan_with(
                 if !chain_done {
                     chain_done = true;
                     let before = best.cost();
-                    chain_run(&mut best, pinned);
+                    chain_run(&mut best, &chain);
                     if best.cost() != before {
                         chain_best = true;
                         abandoned = 0;
@@ -382,7 +393,7 @@ pub(crate) fn plan_with(
             }
         }
         if !chain_done && best.cost() != Some(0.0) {
-            chain_run(&mut best, pinned);
+            chain_run(&mut best, &chain);
         }
         if best.cost().is_none() {
             best.work.runs += 1;
@@ -422,10 +433,23 @@ pub(crate) fn plan_with(
 /// schedule, or near the smallest budget (where the DP's units round the room away) the
 /// lean chain schedule. A view with `pinned` values (NOTE \[pinned-chain\]) gets the plan
 /// of its reduced chain, completed.
-fn chain_run(best: &mut Best<'_>, pinned: Option<&Pinned>) {
+fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
     let (view, budget) = (best.view, best.budget);
+    if let Some(tupled) = chain.tupled {
+        // The augmented view leaves out the constants of the steps it moves (NOTE
+        // [tuple-cuts]): they are charged for the whole pass.
+        let planned = budget
+            .checked_sub(tupled.moved_fixed)
+            .and_then(|room| plan_with(&tupled.view, room, false).ok());
+        if let Some((schedule, work)) = planned {
+            best.work.runs += work.runs;
+            best.work.units += work.units;
+            best.consider(tupled.translated(view.len(), &schedule));
+        }
+        return;
+    }
     if rotor::stages_of(view).is_none()
-        && let Some(pinned) = pinned
+        && let Some(pinned) = chain.pinned
     {
         // The reduced view has stages: its whole portfolio, the chain's plan among it (near
         // keep-all the executor's runs beat the DP's coarse units, `CHAIN_FIRST_OPS`).
@@ -517,19 +541,32 @@ pub fn chain_plan(view: &GraphView, budget: u64) -> Option<Schedule> {
 /// chain's DP, whose tables grow with the budget, is not paid for). Measured (CPU time of
 /// `examples/plan_chain`, same plans): 1,000 blocks at the smallest budget 15.5 -> 10.6 s,
 /// at one slot 1.62 -> 0.71 s; 300 blocks 1.45 -> 1.01 s and 0.26 -> 0.13 s.
-fn tight_chain(view: &GraphView, pinned: Option<&Pinned>, tier: &Tier, budget: u64) -> bool {
+fn tight_chain(view: &GraphView, chain: &Chain<'_>, tier: &Tier, budget: u64) -> bool {
     if tier.search_runs > 0 {
         return false;
     }
-    let smallest = match (rotor::stages_of(view), pinned) {
-        (Some(stages), _) => rotor::min_budget(view, &stages),
-        (None, Some(pinned)) => match rotor::stages_of(&pinned.view) {
-            Some(stages) => pinned.bytes + rotor::min_budget(&pinned.view, &stages),
-            None => return false,
-        },
-        (None, None) => return false,
+    let smallest = if let Some(stages) = rotor::stages_of(view) {
+        rotor::min_budget(view, &stages)
+    } else if let Some(pinned) = chain.pinned
+        && let Some(stages) = rotor::stages_of(&pinned.view)
+    {
+        pinned.bytes + rotor::min_budget(&pinned.view, &stages)
+    } else if let Some(tupled) = chain.tupled
+        && let Some(stages) = rotor::stages_of(&tupled.view)
+    {
+        rotor::min_budget(&tupled.view, &stages)
+    } else {
+        return false;
     };
     budget <= smallest.saturating_mul(TIGHT_CHAIN)
+}
+
+/// How a view without stages of its own may still be planned as a chain.
+struct Chain<'a> {
+    /// Its blocks read values computed before them (NOTE \[pinned-chain\]).
+    pinned: Option<&'a Pinned>,
+    /// Its blocks hand several values to the next (NOTE \[tuple-cuts\]).
+    tupled: Option<&'a Tupled>,
 }
 
 /// How many times a chain's smallest budget counts as tight (NOTE [chain-tight]).
