@@ -6,6 +6,8 @@
 //!   step reaches (NOTE [side-ops]); steps departed from their plan there and ran online.
 //! - `nn::Gru` with the loss on every output: its first step under half of SaveAll's bytes
 //!   stopped at `backward()`; it runs by the whole-step plan replayed (NOTE [replay-plan]).
+//! - `nn::Lstm` below a sixth of SaveAll's bytes, planned as a chain of `(h, c)` tuples
+//!   (NOTE [tuple-cuts]; it ran the lean schedule, 224,056 replays a step on 32 steps).
 //!
 //! Each budget is a share of what SaveAll's step holds after its forward pass (K, by the
 //! allocator). Asserted: gradients bit-identical to SaveAll's; the later steps follow one
@@ -125,13 +127,14 @@ fn lstm_and_input() -> (Net, Tensor<3>) {
 
 /// Runs `model` under SaveAll, then three steps under each share of K in `shares` (with the
 /// bound on a planned step's heap over SaveAll's peak), and checks what the module docs say.
-fn check(model: Model, shares: &[(u64, f64)]) {
+fn check(model: Model, shares: &[(u64, f64)]) -> Vec<u64> {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     one_measured_thread();
     let (net, x) = lstm_and_input();
     let seq = steps();
     step(&net, model, &x, Policy::SaveAll);
     let save_all = step(&net, model, &x, Policy::SaveAll);
+    let mut replays = Vec::new();
     for &(percent, bound) in shares {
         let budget = save_all.kept as u64 * percent / 100;
         let runs: Vec<Step> = (0..3)
@@ -173,7 +176,9 @@ fn check(model: Model, shares: &[(u64, f64)]) {
             ratio <= bound,
             "{model:?} at {percent}%: a planned step's heap peaked at {ratio:.2}x SaveAll's"
         );
+        replays.push(runs[2].replays);
     }
+    replays
 }
 
 /// NOTE [side-ops]: the Lstm's planned steps follow their plan through the output chain the
@@ -188,6 +193,23 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
 #[test]
 fn gru_with_a_loss_on_every_output_runs_from_its_first_step() {
     check(Model::GruAll, &[(50, 1.6)]);
+}
+
+/// NOTE [tuple-cuts]: below a sixth of SaveAll's bytes the Lstm's (h, c) hand-over made it
+/// no chain, and its only plan was the lean schedule: at 12% of K on 32 steps 224,056
+/// replays a step and a heap of 3.36x SaveAll's peak. As a chain of tuples (measured, 32
+/// steps): 1,106, 1,698 and 2,290 replays at 15, 12 and 10%, the heap 1.08-1.12x.
+#[test]
+fn lstm_below_a_sixth_of_its_bytes_is_planned_as_a_chain() {
+    let shares = [15, 12, 10];
+    let replays = check(Model::LstmLast, &shares.map(|percent| (percent, 1.3)));
+    for (percent, replays) in shares.iter().zip(replays) {
+        assert!(
+            replays <= 100 * steps() as u64,
+            "{percent}% of K: {replays} replays a step for {} steps",
+            steps()
+        );
+    }
 }
 
 /// The line a child process of [`five_processes_plan_the_same_lstm_steps`] prints.

@@ -255,13 +255,17 @@ impl Pinned {
 
 /// [`rotor::resume`] for a view with stages; for a view whose chain reads pinned values
 /// (NOTE \[pinned-chain\]), the reduced chain resumed from `held` under the budget less the
-/// pinned bytes, completed (a pinned value the forward pass did not keep is rebuilt first).
-/// `None` when the view has neither or nothing fits.
+/// pinned bytes, completed (a pinned value the forward pass did not keep is rebuilt first);
+/// for a chain that hands several values to the next, the augmented view's (NOTE
+/// \[tuple-cuts\] in `tuples.rs`). `None` when the view has none of them or nothing fits.
 pub(crate) fn chain_resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
     if rotor::stages_of(view).is_some() {
         return rotor::resume(view, held, budget);
     }
-    let pinned = reduced(view)?;
+    let Some(pinned) = reduced(view) else {
+        // A chain that hands several values to the next (NOTE [tuple-cuts]).
+        return super::tuples::tupled(view)?.resume(view, held, budget);
+    };
     let room = pinned.room(budget)?;
     let rest: Vec<u32> = held
         .iter()

@@ -24,9 +24,11 @@
 //! their computation until the tuple is (within one block).
 //!
 //! Burn's backward runs some steps that read nothing far from their block (Burn's `Lstm`
-//! steps one gate's input projection of every time step last), and a later node stepping
-//! after an earlier one breaks every cut. The augmented view runs each step that reads
-//! nothing right after its last consumer's; the translation puts it back where the real
+//! steps one gate's input projection of every time step last, a `Gru` the `slice_assign`s
+//! of its stacked output first), and a later node stepping after an earlier one breaks
+//! every cut. The cuts are checked on the steps that read something; the augmented view
+//! runs the steps block by block, the last block first (each block's steps in the real
+//! order), and the translation puts each step that reads nothing back where the real
 //! order has it. Such a step only releases its constants, so the augmented view charges
 //! none of them and is planned under the budget less all of them.
 //!
@@ -64,6 +66,8 @@ pub(crate) struct Tupled {
     pub(crate) moved_fixed: u64,
     /// The real view's step order.
     real_order: Vec<u32>,
+    /// For each real node, its augmented index.
+    index: Vec<u32>,
 }
 
 /// The augmented view of `view` (NOTE \[tuple-cuts\]), when `view` has no stages of its
@@ -90,20 +94,25 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
             closing[reach[u] as usize].push(u as u32);
         }
     }
-    // Steps that read nothing run where Burn's order puts them, often last (an LSTM's input
-    // projections); in the augmented view each steps right after its last consumer, so
-    // that they do not break the cuts, and their constants are charged for the whole pass.
-    let moved: Vec<bool> = (0..n)
-        .map(|w| nodes[w].step_reads.is_empty() && reach[w] as usize > w)
+    // Steps that read nothing need nothing held: Burn's order runs some far from their
+    // block (an LSTM's input projections last, a GRU's stacked outputs first). The cuts
+    // are checked on the steps that read something; the augmented view runs the others
+    // with their block, and charges their constants for the whole pass.
+    let moved: Vec<bool> = nodes
+        .iter()
+        .map(|node| node.step_reads.is_empty())
         .collect();
-    let order = moved_order(view, &moved);
-    let mut position = vec![0u32; n];
-    for (p, &s) in order.iter().enumerate() {
-        position[s as usize] = p as u32;
+    let mut position = vec![u32::MAX; n];
+    for (p, &s) in view.step_order().iter().enumerate() {
+        if !moved[s as usize] {
+            position[s as usize] = p as u32;
+        }
     }
+    // later_last[c]: the last position of the reading steps of the nodes after c.
     let mut later_last = vec![0u32; n + 1];
     for c in (0..n).rev() {
-        later_last[c] = later_last[c + 1].max(position[c]);
+        let own = if moved[c] { 0 } else { position[c] };
+        later_last[c] = later_last[c + 1].max(own);
     }
     let mut first_step = u32::MAX;
     // Walk the positions with the set of values crossing each.
@@ -195,14 +204,34 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
             }
         }
     }
-    // Each tuple steps right before the first of its members.
+    // The steps by block, the last block first, each tuple first in its block, the real
+    // order within a block: the reading steps keep their order (the cuts were checked on
+    // them), and every consumer still steps before its producers (edges never go from a
+    // later block to an earlier one).
+    let mut stage = vec![0u32; n];
+    let mut k = 0u32;
+    let mut cut_iter = cuts.iter().peekable();
+    for (u, slot) in stage.iter_mut().enumerate() {
+        *slot = k;
+        if cut_iter.peek().is_some_and(|(c, _)| *c as usize == u) {
+            cut_iter.next();
+            k += 1;
+        }
+    }
+    let mut by_stage: Vec<u32> = view.step_order().to_vec();
+    by_stage.sort_by_key(|&s| std::cmp::Reverse(stage[s as usize]));
+    let tuple_at: Vec<u32> = (0..real.len() as u32)
+        .filter(|&a| real[a as usize].is_none())
+        .collect();
     let mut aug_order: Vec<u32> = Vec::with_capacity(real.len());
-    let mut stepped = vec![false; real.len()];
-    for &s in &order {
-        let t = tuple_of[s as usize];
-        if t != u32::MAX && !stepped[t as usize] {
-            stepped[t as usize] = true;
-            aug_order.push(t);
+    let mut current = u32::MAX;
+    for &s in &by_stage {
+        let k = stage[s as usize];
+        if k != current {
+            current = k;
+            if let Some(&t) = tuple_at.get(k as usize) {
+                aug_order.push(t);
+            }
         }
         aug_order.push(index[s as usize]);
     }
@@ -215,57 +244,39 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
         moved,
         moved_fixed,
         real_order: view.step_order().to_vec(),
+        index,
     })
 }
 
-/// The view's step order with each `moved` step right after the last of its consumers'
-/// steps (a moved step's consumers first, in cascade); the others keep their order.
-fn moved_order(view: &GraphView, moved: &[bool]) -> Vec<u32> {
-    let n = view.len();
-    let nodes = view.nodes();
-    // Consumers not yet stepped, per moved node (distinct edges counted once each).
-    let mut waiting = vec![0u32; n];
-    for (w, node) in nodes.iter().enumerate() {
-        let mut seen: Vec<u32> = Vec::new();
-        for &u in node.inputs.iter().chain(&node.step_reads) {
-            if u as usize != w && moved[u as usize] && !seen.contains(&u) {
-                seen.push(u);
-                waiting[u as usize] += 1;
-            }
-        }
-    }
-    let mut order = Vec::with_capacity(n);
-    let mut ready: Vec<u32> = Vec::new();
-    let mut step = |s: u32, order: &mut Vec<u32>, ready: &mut Vec<u32>| {
-        ready.push(s);
-        while let Some(s) = ready.pop() {
-            order.push(s);
-            let node = &nodes[s as usize];
-            let mut seen: Vec<u32> = Vec::new();
-            for &u in node.inputs.iter().chain(&node.step_reads) {
-                if u != s && moved[u as usize] && !seen.contains(&u) {
-                    seen.push(u);
-                    waiting[u as usize] -= 1;
-                    if waiting[u as usize] == 0 {
-                        ready.push(u);
-                    }
-                }
-            }
-        }
-    };
-    for &s in view.step_order() {
-        if !moved[s as usize] {
-            step(s, &mut order, &mut ready);
-        }
-    }
-    order
-}
-
 impl Tupled {
+    /// [`rotor::resume`] on the augmented view (NOTE \[tuple-cuts\]): from a forward pass
+    /// that kept `held` (real indices), under `budget`; the schedule translated and checked
+    /// on the real `view`, with its replay cost.
+    pub(crate) fn resume(
+        &self,
+        view: &GraphView,
+        held: &[u32],
+        budget: u64,
+    ) -> Option<(Schedule, f64)> {
+        let room = budget.checked_sub(self.moved_fixed)?;
+        let held: Vec<u32> = held.iter().map(|&h| self.index[h as usize]).collect();
+        let (schedule, _) = rotor::resume(&self.view, &held, room)?;
+        let schedule = self.translated(view.len(), &schedule);
+        let cost = super::simulate(view, &schedule, budget)
+            .ok()?
+            .recompute_cost;
+        Some((schedule, cost))
+    }
+
     /// `schedule` (for the augmented view) translated for the real view (NOTE
     /// \[tuple-cuts\]).
     pub(crate) fn translated(&self, real_len: usize, schedule: &Schedule) -> Schedule {
         let mut holds = vec![0u32; real_len];
+        let mut was_held = vec![false; real_len];
+        // Where a value was dropped in the forward pass, and the drops a later keep cancels.
+        let mut freed_at: Vec<Option<usize>> = vec![None; real_len];
+        let mut cancelled: Vec<usize> = Vec::new();
+        let mut forward = true;
         let mut out: Vec<Action> = Vec::with_capacity(schedule.len());
         // Where each real value's forward computation sits in `out`, and the keeps to
         // insert after a position (members kept from their computation).
@@ -280,47 +291,61 @@ impl Tupled {
                     out.push(Action::Compute(u));
                 }
                 (Action::Compute(_), None) => {}
-                (Action::Keep(_), Some(u)) => {
-                    holds[u as usize] += 1;
-                    if holds[u as usize] == 1 {
-                        out.push(Action::Keep(u));
-                    }
-                }
-                (Action::Keep(_), None) => {
-                    for &m in &self.members[a] {
-                        holds[m as usize] += 1;
-                        if holds[m as usize] == 1 {
-                            keep_after.push((computed_at[m as usize], m));
+                (Action::Keep(_), _) => {
+                    let kept = match self.real[a] {
+                        Some(u) => vec![u],
+                        None => self.members[a].clone(),
+                    };
+                    for u in kept {
+                        let held = &mut holds[u as usize];
+                        *held += 1;
+                        if *held > 1 {
+                            continue;
                         }
+                        // Kept from its computation, the one place a keep is always valid
+                        // (the plan may keep it after a tuple that reads it), unless it was
+                        // held and dropped before.
+                        if was_held[u as usize] {
+                            // Dropped earlier in the forward pass: held through instead.
+                            match freed_at[u as usize] {
+                                Some(at) => cancelled.push(at),
+                                None => out.push(Action::Keep(u)),
+                            }
+                        } else {
+                            keep_after.push((computed_at[u as usize], u));
+                        }
+                        was_held[u as usize] = true;
                     }
                 }
                 (Action::Replay(_), Some(u)) => {
+                    forward = false;
                     holds[u as usize] += 1;
                     if holds[u as usize] == 1 {
                         out.push(Action::Replay(u));
                     }
                 }
                 (Action::Replay(_), None) => {
+                    forward = false;
                     for &m in &self.members[a] {
                         holds[m as usize] += 1;
                     }
                 }
-                (Action::Free(_), Some(u)) => {
-                    holds[u as usize] = holds[u as usize].saturating_sub(1);
-                    if holds[u as usize] == 0 {
-                        out.push(Action::Free(u));
-                    }
-                }
-                (Action::Free(_), None) => {
-                    for &m in &self.members[a] {
-                        holds[m as usize] = holds[m as usize].saturating_sub(1);
-                        if holds[m as usize] == 0 {
-                            out.push(Action::Free(m));
+                (Action::Free(_), _) => {
+                    let freed = match self.real[a] {
+                        Some(u) => vec![u],
+                        None => self.members[a].clone(),
+                    };
+                    for u in freed {
+                        holds[u as usize] = holds[u as usize].saturating_sub(1);
+                        if holds[u as usize] == 0 {
+                            freed_at[u as usize] = forward.then_some(out.len());
+                            out.push(Action::Free(u));
                         }
                     }
                 }
-                (Action::Step(_), Some(u)) if self.moved[u as usize] => {}
+                (Action::Step(_), Some(u)) if self.moved[u as usize] => forward = false,
                 (Action::Step(_), Some(u)) => {
+                    forward = false;
                     // The moved steps Burn's order runs before this one run here.
                     while let Some(&s) = self.real_order.get(next_step) {
                         next_step += 1;
@@ -333,7 +358,7 @@ impl Tupled {
                     }
                     out.push(Action::Step(u));
                 }
-                (Action::Step(_), None) => {}
+                (Action::Step(_), None) => forward = false,
             }
         }
         for &s in &self.real_order[next_step.min(self.real_order.len())..] {
@@ -341,14 +366,17 @@ impl Tupled {
                 out.push(Action::Step(s));
             }
         }
-        if keep_after.is_empty() {
+        if keep_after.is_empty() && cancelled.is_empty() {
             return Schedule::new(out);
         }
         keep_after.sort_unstable();
+        cancelled.sort_unstable();
         let mut done = Vec::with_capacity(out.len() + keep_after.len());
         let mut next = keep_after.iter().peekable();
         for (k, &action) in out.iter().enumerate() {
-            done.push(action);
+            if cancelled.binary_search(&k).is_err() {
+                done.push(action);
+            }
             while let Some(&&(at, m)) = next.peek()
                 && at == k
             {

@@ -771,3 +771,20 @@ fn burn_s_lstm_is_planned_by_its_tuples_below_a_sixth_of_its_bytes() {
         );
     }
 }
+
+/// NOTE [tuple-cuts]: the engine's first step, which resumes from what its forward pass
+/// kept (`pinned::chain_resume`), resumes the Lstm by its tuples' chain from the lean state
+/// within the budget.
+#[test]
+fn burn_s_lstm_resumes_by_its_tuples() {
+    let view: GraphView = include_str!("views/lstm32.view").parse().unwrap();
+    let keep_all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
+        .unwrap()
+        .peak_bytes;
+    let budget = keep_all * 13 / 100;
+    let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], budget)
+        .expect("resumes from the lean state");
+    let outcome = simulate(&view, &schedule, budget).expect("valid");
+    assert_eq!(outcome.recompute_cost, cost);
+    assert!(cost <= 10.0 * view.forward_cost(), "{cost}");
+}
