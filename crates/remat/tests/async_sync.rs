@@ -12,7 +12,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, TensorData};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
-use support::counting::{Counting, calls, reset_calls, syncs};
+use support::counting::{Counting, calls, reset_calls, sin_step, syncs};
 
 type C = Autodiff<Counting<Flex>>;
 type T = FloatTensor<C>;
@@ -137,20 +137,6 @@ fn op_times_are_kept_per_inner_backend() {
     })
     .join()
     .unwrap();
-}
-
-/// A 6-op step of one kind (`sin` on a 4-element leaf) and its backward pass, on `B`.
-fn sin_step<B: AutodiffBackend>() {
-    let x = B::float_set_require_grad(
-        B::float_from_data(
-            TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
-            &Default::default(),
-        ),
-        true,
-    );
-    let y = (0..6).fold(x.clone(), |y, _| B::float_sin(y));
-    let grads = B::backward(B::float_sum(y));
-    assert!(B::grad(&x, &grads).is_some());
 }
 
 /// Measured op costs (NOTE [estimated-costs] in `checkpoint/cost.rs`): every test of this

@@ -8,7 +8,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, TensorData};
 use burn_flex::Flex;
 use remat::{Autodiff, Policy};
-use support::counting::{Counting, calls, reset_calls};
+use support::counting::{Counting, calls, reset_calls, sin_step};
 
 type C = Autodiff<Counting<Flex>>;
 type T = FloatTensor<C>;
@@ -214,18 +214,4 @@ fn a_budget_with_estimated_costs_never_syncs() {
     })
     .join()
     .unwrap();
-}
-
-/// A 6-op step of one kind (`sin` on a 4-element leaf) and its backward pass, on `B`.
-fn sin_step<B: AutodiffBackend>() {
-    let x = B::float_set_require_grad(
-        B::float_from_data(
-            TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
-            &Default::default(),
-        ),
-        true,
-    );
-    let y = (0..6).fold(x.clone(), |y, _| B::float_sin(y));
-    let grads = B::backward(B::float_sum(y));
-    assert!(B::grad(&x, &grads).is_some());
 }

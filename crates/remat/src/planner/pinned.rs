@@ -27,6 +27,7 @@
 //! Cost model: finding the pinned nodes and building the reduced view is O(n + e);
 //! completing a schedule is O(actions + e).
 
+use super::schedule::with_inserted;
 use super::{Action, Forced, GraphView, Schedule, rotor};
 
 /// The fewest distinct readers a pinned node has.
@@ -171,7 +172,7 @@ impl Pinned {
             Action::Step(w) => nodes[w as usize].step_reads.contains(&p),
             Action::Keep(_) | Action::Free(_) => false,
         };
-        let mut free_after: Vec<(usize, u32)> = Vec::with_capacity(self.nodes.len());
+        let mut free_after: Vec<(usize, Action)> = Vec::with_capacity(self.nodes.len());
         for &p in &self.nodes {
             let became_held = if kept_in_forward(p) {
                 Action::Keep(p)
@@ -185,21 +186,9 @@ impl Pinned {
                 .rev()
                 .find(|&k| reads(out[k], p))
                 .unwrap_or(from);
-            free_after.push((last, p));
+            free_after.push((last, Action::Free(p)));
         }
-        free_after.sort_unstable();
-        let mut done = Vec::with_capacity(out.len() + free_after.len());
-        let mut next = free_after.iter().peekable();
-        for (k, &action) in out.iter().enumerate() {
-            done.push(action);
-            while let Some(&&(at, p)) = next.peek()
-                && at == k
-            {
-                done.push(Action::Free(p));
-                next.next();
-            }
-        }
-        Schedule::new(done)
+        Schedule::new(with_inserted(&out, free_after, &[]))
     }
 
     /// Rebuilds the pinned values the forward pass did not keep, from `held`: what each is

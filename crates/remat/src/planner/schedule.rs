@@ -58,6 +58,33 @@ impl Action {
     }
 }
 
+/// `actions` with each `(k, action)` of `after` inserted right after position `k` (those at
+/// one position in the order given) and the positions listed in `dropped` (ascending) left
+/// out: how a
+/// schedule planned on a derived view is completed for the real one (`pinned.rs`,
+/// `tuples.rs`).
+pub(crate) fn with_inserted(
+    actions: &[Action],
+    mut after: Vec<(usize, Action)>,
+    dropped: &[usize],
+) -> Vec<Action> {
+    after.sort_by_key(|&(k, _)| k);
+    let mut out = Vec::with_capacity(actions.len() + after.len());
+    let mut next = after.iter().peekable();
+    for (k, &action) in actions.iter().enumerate() {
+        if dropped.binary_search(&k).is_err() {
+            out.push(action);
+        }
+        while let Some(&&(at, inserted)) = next.peek()
+            && at == k
+        {
+            out.push(inserted);
+            next.next();
+        }
+    }
+    out
+}
+
 /// A whole training step's actions, forward then backward.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Schedule {

@@ -42,6 +42,7 @@
 
 use std::collections::BTreeSet;
 
+use super::schedule::with_inserted;
 use super::view::rebuildable;
 use super::{Action, GraphView, Node, Schedule, rotor};
 
@@ -249,6 +250,18 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
 }
 
 impl Tupled {
+    /// The real values augmented node `a` stands for: itself, or a tuple's members (`one`
+    /// holds a real node's index, so that no action allocates).
+    fn values<'s>(&'s self, a: usize, one: &'s mut [u32; 1]) -> &'s [u32] {
+        match self.real[a] {
+            Some(u) => {
+                one[0] = u;
+                one
+            }
+            None => &self.members[a],
+        }
+    }
+
     /// [`rotor::resume`] on the augmented view (NOTE \[tuple-cuts\]): from a forward pass
     /// that kept `held` (real indices), under `budget`; the schedule translated and checked
     /// on the real `view`, with its replay cost.
@@ -281,7 +294,8 @@ impl Tupled {
         // Where each real value's forward computation sits in `out`, and the keeps to
         // insert after a position (members kept from their computation).
         let mut computed_at = vec![usize::MAX; real_len];
-        let mut keep_after: Vec<(usize, u32)> = Vec::new();
+        let mut keep_after: Vec<(usize, Action)> = Vec::new();
+        let mut one = [0u32];
         let mut next_step = 0usize; // the next position of the real step order
         for &action in schedule.actions() {
             let a = action.node() as usize;
@@ -292,11 +306,7 @@ impl Tupled {
                 }
                 (Action::Compute(_), None) => {}
                 (Action::Keep(_), _) => {
-                    let kept = match self.real[a] {
-                        Some(u) => vec![u],
-                        None => self.members[a].clone(),
-                    };
-                    for u in kept {
+                    for &u in self.values(a, &mut one) {
                         let held = &mut holds[u as usize];
                         *held += 1;
                         if *held > 1 {
@@ -312,7 +322,7 @@ impl Tupled {
                                 None => out.push(Action::Keep(u)),
                             }
                         } else {
-                            keep_after.push((computed_at[u as usize], u));
+                            keep_after.push((computed_at[u as usize], Action::Keep(u)));
                         }
                         was_held[u as usize] = true;
                     }
@@ -331,11 +341,7 @@ impl Tupled {
                     }
                 }
                 (Action::Free(_), _) => {
-                    let freed = match self.real[a] {
-                        Some(u) => vec![u],
-                        None => self.members[a].clone(),
-                    };
-                    for u in freed {
+                    for &u in self.values(a, &mut one) {
                         holds[u as usize] = holds[u as usize].saturating_sub(1);
                         if holds[u as usize] == 0 {
                             freed_at[u as usize] = forward.then_some(out.len());
@@ -366,24 +372,7 @@ impl Tupled {
                 out.push(Action::Step(s));
             }
         }
-        if keep_after.is_empty() && cancelled.is_empty() {
-            return Schedule::new(out);
-        }
-        keep_after.sort_unstable();
         cancelled.sort_unstable();
-        let mut done = Vec::with_capacity(out.len() + keep_after.len());
-        let mut next = keep_after.iter().peekable();
-        for (k, &action) in out.iter().enumerate() {
-            if cancelled.binary_search(&k).is_err() {
-                done.push(action);
-            }
-            while let Some(&&(at, m)) = next.peek()
-                && at == k
-            {
-                done.push(Action::Keep(m));
-                next.next();
-            }
-        }
-        Schedule::new(done)
+        Schedule::new(with_inserted(&out, keep_after, &cancelled))
     }
 }

@@ -28,8 +28,8 @@ use burn_backend::ops::*;
 use burn_backend::quantization::QuantizationParametersPrimitive;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
-    Backend, BackendTypes, DTypeUsageSet, DeviceId, Distribution, ExecutionError, Scalar,
-    TensorData,
+    AutodiffBackend, Backend, BackendTypes, DTypeUsageSet, DeviceId, Distribution, ExecutionError,
+    Scalar, TensorData,
 };
 use burn_std::{
     BoolDType, DType, FloatDType, IndexingUpdateOp, IntDType, PadMode, QuantScheme, Shape, Slice,
@@ -773,4 +773,18 @@ impl<B: Backend> ActivationOps<Self> for Counting<B> {
         fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
         fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
     }
+}
+
+/// A 6-op step of one kind (`sin` on a 4-element leaf) and its backward pass, on `B`.
+pub fn sin_step<B: AutodiffBackend>() {
+    let x = B::float_set_require_grad(
+        B::float_from_data(
+            TensorData::new(vec![0.1f32, 0.2, 0.3, 0.4], [4]),
+            &Default::default(),
+        ),
+        true,
+    );
+    let y = (0..6).fold(x.clone(), |y, _| B::float_sin(y));
+    let grads = B::backward(B::float_sum(y));
+    assert!(B::grad(&x, &grads).is_some());
 }

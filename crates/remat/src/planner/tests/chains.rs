@@ -567,36 +567,13 @@ fn a_long_chain_plans_in_two_runs() {
 /// edges from `C` cross every cut (NOTE [pinned-chain]). `replayable: false` makes `C` a
 /// value that cannot be rebuilt (a mask drawn once).
 fn shared_power_iteration(n: u32, replayable: bool) -> GraphView {
-    let mut nodes: Vec<Node> = vec![
+    let head = vec![
         Node::new("mul", D, 300.0),
         Node::new("add", D, 300.0)
             .inputs([0])
             .replayable(replayable),
     ];
-    let mut push = |node: Node| {
-        nodes.push(node);
-        nodes.len() as u32 - 1
-    };
-    let mut x: Option<u32> = None;
-    for _ in 0..n {
-        let reads: Vec<u32> = std::iter::once(1).chain(x).collect();
-        let y = push(
-            Node::new("matmul", D, 5000.0)
-                .inputs(reads.clone())
-                .step_reads(reads),
-        );
-        let sq = push(Node::new("mul", D, 300.0).inputs([y]).step_reads([y]));
-        let s = push(Node::new("sum", 8, 200.0).inputs([sq]));
-        let norm = push(Node::new("sqrt", 8, 10.0).inputs([s]).step_reads([s]));
-        x = Some(push(
-            Node::new("div", D, 400.0)
-                .inputs([y, norm])
-                .step_reads([y, norm]),
-        ));
-    }
-    let x = x.expect("at least one step");
-    push(Node::new("sum", 8, 100.0).inputs([x]).step_reads([x]));
-    GraphView::new(nodes).expect("a shared power iteration is a valid view")
+    power_iteration_after(head, Some(1), n)
 }
 
 /// NOTE [pinned-chain]: a chain whose every block reads one value computed before it is

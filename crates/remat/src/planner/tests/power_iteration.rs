@@ -9,14 +9,21 @@ const D: u64 = 8 * 64 * 64;
 /// square, sum, sqrt and a division reading the matmul's output and the norm: a fan-out
 /// inside each block), then a loss. Costs in ns.
 fn power_iteration(n: u32) -> GraphView {
-    let mut nodes: Vec<Node> = Vec::new();
+    power_iteration_after(Vec::new(), None, n)
+}
+
+/// [`power_iteration`] recorded after `head`, each matmul also reading node `shared` of
+/// the head (`A` computed in the step) when given.
+#[allow(dead_code)] // `examples/plan_chain.rs` plans only the plain iteration
+fn power_iteration_after(head: Vec<Node>, shared: Option<u32>, n: u32) -> GraphView {
+    let mut nodes = head;
     let mut push = |node: Node| {
         nodes.push(node);
         nodes.len() as u32 - 1
     };
     let mut x: Option<u32> = None;
     for _ in 0..n {
-        let input: Vec<u32> = x.into_iter().collect();
+        let input: Vec<u32> = shared.into_iter().chain(x).collect();
         let y = push(
             Node::new("matmul", D, 5000.0)
                 .inputs(input.clone())
