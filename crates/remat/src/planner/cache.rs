@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{Error, Forced, GraphView, Node, Schedule, plan};
+use super::{Error, Forced, GraphView, Node, Schedule, ScheduleIndex, plan};
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -140,6 +140,8 @@ pub struct CachedPlan {
     pub view: Arc<GraphView>,
     /// The schedule.
     pub schedule: Arc<Schedule>,
+    /// The schedule's chunks, made once for every step that follows it.
+    pub index: Arc<ScheduleIndex>,
 }
 
 /// A small cache of plans by (signature, budget), least recently used evicted first.
@@ -234,6 +236,7 @@ impl PlanCache {
             signature,
             budget_bytes,
             view,
+            index: Arc::new(schedule.index()),
             schedule: Arc::new(schedule),
         };
         self.entries.push_back(entry.clone());

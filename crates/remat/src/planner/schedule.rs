@@ -157,12 +157,20 @@ impl From<Vec<Action>> for Schedule {
 /// early is always safe.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScheduleIndex {
-    forward: Vec<Range<usize>>,
-    backward: Vec<Range<usize>>,
+    // Positions in u32 (a schedule's actions are numbered in u32 too): half the bytes a
+    // cached plan's index takes.
+    forward: Vec<Range<u32>>,
+    backward: Vec<Range<u32>>,
 }
 
 impl ScheduleIndex {
     fn new(actions: &[Action]) -> Self {
+        assert!(
+            u32::try_from(actions.len()).is_ok(),
+            "remat internal error: a schedule of {} actions (at most u32::MAX)",
+            actions.len()
+        );
+        let chunk = |start: usize, end: usize| start as u32..end as u32;
         let mut index = Self::default();
         let mut start = 0;
         let mut i = 0;
@@ -174,14 +182,14 @@ impl ScheduleIndex {
                     while i < actions.len() && !actions[i].is_op() {
                         i += 1;
                     }
-                    index.forward.push(start..i);
+                    index.forward.push(chunk(start, i));
                     start = i;
                 }
                 Action::Step(_) => {
                     while i < actions.len() && matches!(actions[i], Action::Free(_)) {
                         i += 1;
                     }
-                    index.backward.push(start..i);
+                    index.backward.push(chunk(start, i));
                     start = i;
                 }
                 _ => {}
@@ -192,11 +200,15 @@ impl ScheduleIndex {
 
     /// The actions of forward op `j` (the `j`-th `Compute`), as a range of the schedule.
     pub fn forward(&self, j: usize) -> Option<Range<usize>> {
-        self.forward.get(j).cloned()
+        self.forward
+            .get(j)
+            .map(|r| r.start as usize..r.end as usize)
     }
 
     /// The actions of the `p`-th backward step, as a range of the schedule.
     pub fn backward(&self, p: usize) -> Option<Range<usize>> {
-        self.backward.get(p).cloned()
+        self.backward
+            .get(p)
+            .map(|r| r.start as usize..r.end as usize)
     }
 }

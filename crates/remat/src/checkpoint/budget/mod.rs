@@ -35,6 +35,8 @@
 //! # Files
 //! One concern each; this file holds the state they share (the interned budgets, the plans
 //! and views a thread keeps) and the cost estimate of an op not measured yet.
+//! - `entries.rs`: the planner's node of each op a session recorded, the plan's view's
+//!   while the step follows it (NOTE \[followed-entries\]).
 //! - `session.rs`: the forward pass: the per-thread [`Session`] fed op by op
 //!   ([`on_record`], [`reserve`]), online or following a cached plan, and what it
 //!   dropped ([`dropped`]).
@@ -49,12 +51,14 @@
 //! - Neither the session nor a schedule runs user code under a borrow of the session: the
 //!   actions are computed under the borrow and carried out after it is released.
 //! - The session's memory is bounded by the live graph: nodes that died or were consumed are
-//!   dropped from it when it doubles (and after every backward pass).
+//!   dropped from it when it doubles (and after every backward pass); a step following its
+//!   plan is bounded by the plan's view instead, and compacted after its pass.
 //!
 //! [`Session`]: session::Session
 //! [`Dtr`]: crate::planner::Dtr
 
 mod carry;
+mod entries;
 mod pass;
 mod report;
 mod session;

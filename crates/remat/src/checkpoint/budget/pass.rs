@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::entries::Entries;
 use super::report::too_small;
 use super::session::SESSION;
 use super::{LAST_BUDGET, PLANS, Side, bytes_of, estimate};
@@ -62,12 +63,7 @@ pub(super) fn smooth_costs(nodes: &mut [planner::Node], backend: Option<TypeId>)
 /// which ops' steps read no value; `read_outside`: ops whose value an op outside the session
 /// reads. A side op is free when its step reads no value and only free side ops read its
 /// value (the last op first: readers come after what they read).
-fn side_ops(
-    nodes: &[planner::Node],
-    side: &[bool],
-    quiet: &[bool],
-    read_outside: &[u32],
-) -> Arc<[Side]> {
+fn side_ops(nodes: &Entries, side: &[bool], quiet: &[bool], read_outside: &[u32]) -> Arc<[Side]> {
     let mut free = vec![false; nodes.len()];
     let mut read = vec![false; nodes.len()];
     for &at in read_outside {
@@ -76,20 +72,21 @@ fn side_ops(
     for at in (0..nodes.len()).rev() {
         free[at] = side[at] && quiet[at] && !read[at];
         if !free[at] {
-            for &u in nodes[at].inputs.iter().chain(&nodes[at].step_reads) {
-                read[u as usize] = true;
-            }
+            nodes.reads(at, |u| read[u as usize] = true);
         }
     }
     (0..nodes.len())
         .filter(|&at| side[at])
         .enumerate()
-        .map(|(k, at)| Side {
-            at: at as u32,
-            before: (at - k) as u32,
-            name: nodes[at].name,
-            bytes: nodes[at].bytes,
-            free: free[at],
+        .map(|(k, at)| {
+            let node = nodes.get(at);
+            Side {
+                at: at as u32,
+                before: (at - k) as u32,
+                name: node.name,
+                bytes: node.bytes,
+                free: free[at],
+            }
         })
         .collect()
 }
@@ -211,7 +208,7 @@ pub(crate) fn plan_pass(
             let cell = cell.borrow();
             let session = cell.as_ref()?;
             let i = *session.index.get(&id)?;
-            Some(session.nodes[i as usize].cost)
+            Some(session.nodes.cost(i as usize))
         })
     };
     let to_index = |ids: &[NodeId]| -> Vec<u32> {
@@ -278,7 +275,7 @@ pub(crate) fn plan_pass(
             .map(|f| f.plan.view.clone());
         let view = followed_view.map(Ok).or_else(|| {
             aligned
-                .then(|| without_sides(&session.nodes, &sides))
+                .then(|| without_sides(session.nodes.listed(), &sides))
                 .flatten()
                 .map(Err)
         });
@@ -637,10 +634,11 @@ fn outside_bytes(in_pass: &HashMap<NodeId, u32, IdBuildHasher>, evict: bool) -> 
             .handles
             .iter()
             .zip(&session.ids)
-            .zip(&session.nodes)
-            .filter(|((_, id), _)| !in_pass.contains_key(*id))
-            .filter_map(|((handle, _), entry)| {
+            .enumerate()
+            .filter(|(_, (_, id))| !in_pass.contains_key(*id))
+            .filter_map(|(at, (handle, _))| {
                 let node = handle.upgrade()?;
+                let entry = session.nodes.get(at);
                 (!node.is_consumed()).then_some((
                     node,
                     entry.bytes,

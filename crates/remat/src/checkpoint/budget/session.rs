@@ -23,6 +23,7 @@ use burn_backend::tensor::FloatTensor;
 use super::report::too_small;
 use smallvec::SmallVec;
 
+use super::entries::{Entries, position, view_node};
 use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, sides_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, recorded_as};
@@ -37,14 +38,14 @@ thread_local! {
 /// the view's side ops (NOTE \[side-ops\] in `mod.rs`).
 pub(super) struct Follow {
     pub(super) plan: CachedPlan,
-    pub(super) index: ScheduleIndex,
+    pub(super) index: Arc<ScheduleIndex>,
     /// The ops of the step the view does not hold, by position.
     pub(super) sides: Arc<[Side]>,
 }
 
 impl Follow {
     fn new(plan: CachedPlan) -> Self {
-        let index = plan.schedule.index();
+        let index = plan.index.clone();
         let sides = sides_of(plan.signature);
         Self { plan, index, sides }
     }
@@ -52,16 +53,12 @@ impl Follow {
     /// The view's node at session position `at`, or `Err(k)` when side op `k` is expected
     /// there.
     fn view_node(&self, at: u32) -> Result<u32, usize> {
-        let k = self.sides.partition_point(|side| side.at < at);
-        match self.sides.get(k) {
-            Some(side) if side.at == at => Err(k),
-            _ => Ok(at - k as u32),
-        }
+        view_node(&self.sides, at)
     }
 
     /// The session position of the view's node `v`.
     fn position(&self, v: u32) -> u32 {
-        v + self.sides.partition_point(|side| side.before <= v) as u32
+        position(&self.sides, v)
     }
 
     /// Whether `entry`, recorded at session position `at`, is the view's node `v` (its
@@ -118,8 +115,9 @@ pub(super) struct Session {
     dtr: Dtr,
     /// Recorded nodes, by session index.
     pub(super) handles: Vec<Weak<dyn GraphNode>>,
-    /// The planner's node of each index (for compaction and measured costs).
-    pub(super) nodes: Vec<planner::Node>,
+    /// The planner's node of each index (for compaction and measured costs; NOTE
+    /// \[followed-entries\] in `entries.rs`).
+    pub(super) nodes: Entries,
     pub(super) ids: Vec<NodeId>,
     pub(super) index: HashMap<NodeId, u32, IdBuildHasher>,
     /// Whether each op's backward step reads no value (NOTE \[side-ops\] in `mod.rs`).
@@ -145,7 +143,7 @@ impl Session {
             raised: budget,
             dtr: Dtr::new(budget),
             handles: Vec::new(),
-            nodes: Vec::new(),
+            nodes: Entries::default(),
             ids: Vec::new(),
             index: HashMap::default(),
             quiet: Vec::new(),
@@ -194,7 +192,7 @@ impl Session {
         let mut prefix = Vec::with_capacity(live.len());
         let mut held = Vec::new();
         for (new, (old, node)) in live.iter().enumerate() {
-            let mut entry = self.nodes[*old].clone();
+            let mut entry = self.nodes.get(*old).into_owned();
             entry.inputs = keep(&entry.inputs);
             entry.step_reads = keep(&entry.step_reads);
             prefix.push(entry);
@@ -235,7 +233,7 @@ impl Session {
                 }
             }
         };
-        fresh.nodes = prefix;
+        fresh.nodes = Entries::from(prefix);
         fresh.read_outside = keep(&self.read_outside);
         // A step following a plan keeps following it when nothing was forgotten (the
         // indices, the plan's node numbers, are unchanged) under the same budget.
@@ -491,10 +489,10 @@ pub(crate) fn on_record<B: Backend>(
                 .chain(&step_reads)
                 .all(|id| !session.index.contains_key(id))
             && session.handles.iter().all(dead);
-        if session.budget_id != budget_id
-            || session.handles.len() >= session.compact_at
-            || dropped_before
-        {
+        // A step following its plan is not compacted as it grows: it records the plan's
+        // view, whose length bounds it (NOTE [followed-entries] in `entries.rs`).
+        let grown = session.handles.len() >= session.compact_at && session.follow.is_none();
+        if session.budget_id != budget_id || grown || dropped_before {
             let budget = bytes_of(budget_id);
             if let Err(error) = session.compact(budget_id) {
                 *cell = None;
@@ -541,6 +539,11 @@ pub(crate) fn on_record<B: Backend>(
                 };
                 Some(Follow::new(plan))
             });
+            if let Some(follow) = &session.follow {
+                session
+                    .nodes
+                    .follow(follow.plan.view.clone(), follow.sides.clone());
+            }
         }
         let depart = std::mem::take(&mut session.depart);
         let planned = session
@@ -552,9 +555,11 @@ pub(crate) fn on_record<B: Backend>(
             // The step departs from the plan: online from here, from the state the plan left
             // (over the budget if it holds more: NOTE [forward-overflow]).
             let held = session.held_now();
-            session.dtr = session.resumed(session.nodes.clone(), &held);
+            let prefix = session.nodes.listed().clone();
+            session.dtr = session.resumed(prefix, &held);
         }
-        session.nodes.push(entry.clone());
+        let online = planned.is_none().then(|| entry.clone());
+        session.nodes.push(entry);
         session.handles.push(handle);
         session.ids.push(id);
         session.quiet.push(quiet);
@@ -562,6 +567,7 @@ pub(crate) fn on_record<B: Backend>(
         if let Some(actions) = planned {
             return Ok(session.to_apply(&actions, index));
         }
+        let entry = online.expect("an op the plan does not cover is planned online");
         match session.dtr.on_compute(entry) {
             Ok(actions) => {
                 let actions = actions.to_vec();
@@ -580,7 +586,7 @@ pub(crate) fn on_record<B: Backend>(
                 }
                 // The op's output, when it cannot be rebuilt, is kept as the planner would.
                 let newest = session.nodes.len() as u32 - 1;
-                let keep_new = !session.nodes[newest as usize].replayable;
+                let keep_new = !session.nodes.get(newest as usize).replayable;
                 let fits = session.handles.len() < before;
                 if !fits {
                     session.raise(need_of(&error));
@@ -590,7 +596,8 @@ pub(crate) fn on_record<B: Backend>(
                     if keep_new {
                         held.push(newest);
                     }
-                    session.dtr = session.resumed(session.nodes.clone(), &held);
+                    let prefix = session.nodes.listed().clone();
+                    session.dtr = session.resumed(prefix, &held);
                 }
                 Ok(if keep_new {
                     vec![Apply::KeepOutput]

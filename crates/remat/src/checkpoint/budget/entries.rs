@@ -1,0 +1,284 @@
+//! The planner's node of each op a [`Session`](super::session::Session) recorded
+//! (NOTE \[followed-entries\]).
+//!
+//! # Invariants
+//! - Entries are numbered by session position, `0..len()`.
+//! - While a step follows a plan, the session started following at its first op, so every
+//!   entry is the plan's view's node or one of its side ops: nothing is listed.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::Side;
+use crate::planner::{self, GraphView};
+
+// NOTE [followed-entries]: the session listed the planner's node of every op it recorded
+// (about 100 bytes, two small lists and the growth of the list: 150-250 bytes an op), and
+// while a step followed a plan it also compacted itself as it doubled, which resumed the
+// online planner on a copy of them all. A step that follows its plan records, op for op,
+// the plan's view's nodes: the view the cache holds already lists them. Such a step's
+// entries are now the view itself, its side ops' nodes (a few) and the recorded constants
+// where they are fewer than the view's (NOTE [shared-release]); the list is made only when
+// it is needed (the step departs from its plan, the session is compacted, a backward pass
+// describes the step otherwise than the plan's view). A listed node then carries the view's
+// cost, not this step's measurement: under `OpCosts::Measured` the times of a step that
+// followed its plan are not measured again.
+
+/// The planner's node of each recorded op, by session position (see the module docs).
+#[derive(Default)]
+pub(super) struct Entries {
+    listed: Vec<planner::Node>,
+    followed: Option<Followed>,
+}
+
+impl From<Vec<planner::Node>> for Entries {
+    fn from(listed: Vec<planner::Node>) -> Self {
+        Self {
+            listed,
+            followed: None,
+        }
+    }
+}
+
+/// The entries of a step that followed a plan from its first op.
+struct Followed {
+    view: Arc<GraphView>,
+    sides: Arc<[Side]>,
+    /// The side ops' nodes, in order.
+    side_nodes: Vec<planner::Node>,
+    /// The view's nodes recorded with fewer constants than the view charges: their
+    /// positions (ascending) and the recorded bytes.
+    fixed: Vec<(u32, u64)>,
+    len: u32,
+}
+
+/// The view's node at session position `at` of a step whose side ops are `sides`, or
+/// `Err(k)` when side op `k` is there.
+pub(super) fn view_node(sides: &[Side], at: u32) -> Result<u32, usize> {
+    let k = sides.partition_point(|side| side.at < at);
+    match sides.get(k) {
+        Some(side) if side.at == at => Err(k),
+        _ => Ok(at - k as u32),
+    }
+}
+
+/// The session position of the view's node `v` of a step whose side ops are `sides`.
+pub(super) fn position(sides: &[Side], v: u32) -> u32 {
+    v + sides.partition_point(|side| side.before <= v) as u32
+}
+
+impl Entries {
+    /// The number of entries.
+    pub(super) fn len(&self) -> usize {
+        match &self.followed {
+            Some(followed) => followed.len as usize,
+            None => self.listed.len(),
+        }
+    }
+
+    /// Whether there is no entry.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// From now on, entries are the nodes of `view` with the side ops `sides`, as a step
+    /// following a plan made for that view records them ([`push`](Self::push) checks
+    /// nothing: the session matched each op first).
+    ///
+    /// # Panics
+    /// When entries were recorded already (a step follows a plan from its first op).
+    pub(super) fn follow(&mut self, view: Arc<GraphView>, sides: Arc<[Side]>) {
+        assert!(
+            self.is_empty(),
+            "remat internal error: a step started following a plan after its first op"
+        );
+        self.followed = Some(Followed {
+            view,
+            sides,
+            side_nodes: Vec::new(),
+            fixed: Vec::new(),
+            len: 0,
+        });
+    }
+
+    /// Appends `entry`; while following, it is the view's node or side op at its position.
+    pub(super) fn push(&mut self, entry: planner::Node) {
+        let Some(followed) = &mut self.followed else {
+            self.listed.push(entry);
+            return;
+        };
+        let at = followed.len;
+        match view_node(&followed.sides, at) {
+            Err(_) => followed.side_nodes.push(entry),
+            Ok(v) => {
+                if entry.fixed_bytes != followed.view.node(v).fixed_bytes {
+                    followed.fixed.push((at, entry.fixed_bytes));
+                }
+            }
+        }
+        followed.len += 1;
+    }
+
+    /// The entry at `at`.
+    pub(super) fn get(&self, at: usize) -> Cow<'_, planner::Node> {
+        let Some(followed) = &self.followed else {
+            return Cow::Borrowed(&self.listed[at]);
+        };
+        let sides = &followed.sides;
+        match view_node(sides, at as u32) {
+            Err(k) => Cow::Borrowed(&followed.side_nodes[k]),
+            Ok(v) => {
+                let mut node = followed.view.node(v).clone();
+                let renumber = |list: &mut Vec<u32>| {
+                    for u in list.iter_mut() {
+                        *u = position(sides, *u);
+                    }
+                };
+                renumber(&mut node.inputs);
+                renumber(&mut node.step_reads);
+                if let Ok(k) = followed.fixed.binary_search_by_key(&(at as u32), |f| f.0) {
+                    node.fixed_bytes = followed.fixed[k].1;
+                }
+                Cow::Owned(node)
+            }
+        }
+    }
+
+    /// The forward cost of the entry at `at`.
+    pub(super) fn cost(&self, at: usize) -> f64 {
+        match &self.followed {
+            None => self.listed[at].cost,
+            Some(followed) => match view_node(&followed.sides, at as u32) {
+                Err(k) => followed.side_nodes[k].cost,
+                Ok(v) => followed.view.node(v).cost,
+            },
+        }
+    }
+
+    /// Calls `read` with each entry the entry at `at` reads, in a replay (its inputs) or in
+    /// its backward step (its step reads), without making the entry.
+    pub(super) fn reads(&self, at: usize, mut read: impl FnMut(u32)) {
+        let (node, sides) = match &self.followed {
+            None => (&self.listed[at], None),
+            Some(followed) => match view_node(&followed.sides, at as u32) {
+                Err(k) => (&followed.side_nodes[k], None),
+                Ok(v) => (followed.view.node(v), Some(&followed.sides)),
+            },
+        };
+        for &u in node.inputs.iter().chain(&node.step_reads) {
+            read(sides.map_or(u, |sides| position(sides, u)));
+        }
+    }
+
+    /// The entries as a list, made now where the step followed a plan (see the module
+    /// docs): appending to it no longer follows.
+    pub(super) fn listed(&mut self) -> &mut Vec<planner::Node> {
+        if self.followed.is_some() {
+            let listed = (0..self.len())
+                .map(|at| self.get(at).into_owned())
+                .collect();
+            self.followed = None;
+            self.listed = listed;
+        }
+        &mut self.listed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(at: u32, before: u32) -> Side {
+        Side {
+            at,
+            before,
+            name: "slice_assign",
+            bytes: 64,
+            free: true,
+        }
+    }
+
+    /// A chain `a -> b -> c` where `b` and `c` read their input, `c` holding 16 bytes of
+    /// constants in the view.
+    fn chain() -> Vec<planner::Node> {
+        vec![
+            planner::Node::new("a", 8, 1.0),
+            planner::Node::new("b", 8, 2.0).inputs([0]).step_reads([0]),
+            planner::Node::new("c", 8, 3.0)
+                .inputs([1])
+                .step_reads([1])
+                .fixed_bytes(16),
+        ]
+    }
+
+    #[test]
+    fn followed_entries_are_the_view_s_nodes_renumbered_past_the_side_ops() {
+        let view = Arc::new(GraphView::new(chain()).unwrap());
+        // Side ops at positions 1 (after `a`) and 3 (after `b`).
+        let sides: Arc<[Side]> = Arc::from([side(1, 1), side(3, 2)]);
+        let mut entries = Entries::default();
+        entries.follow(view, sides.clone());
+        // As the session records them: positions renumbered, `c` with fewer constants.
+        let mut recorded = vec![
+            planner::Node::new("a", 8, 1.5),
+            planner::Node::new("slice_assign", 64, 0.5).inputs([0]),
+            planner::Node::new("b", 8, 2.5).inputs([0]).step_reads([0]),
+            planner::Node::new("slice_assign", 64, 0.5).inputs([1, 2]),
+            planner::Node::new("c", 8, 3.5)
+                .inputs([2])
+                .step_reads([2])
+                .fixed_bytes(8),
+        ];
+        for node in &recorded {
+            entries.push(node.clone());
+        }
+        assert_eq!(entries.len(), 5);
+        // The view's costs, the recorded constants, the session's numbering.
+        for (at, node) in recorded.iter_mut().enumerate() {
+            if !node.name.starts_with("slice") {
+                node.cost = chain()[view_node(&sides, at as u32).unwrap() as usize].cost;
+            }
+            assert_eq!(*entries.get(at), *node, "entry {at}");
+            assert_eq!(entries.cost(at), node.cost);
+            let mut reads = Vec::new();
+            entries.reads(at, |u| reads.push(u));
+            let expected: Vec<u32> = node
+                .inputs
+                .iter()
+                .chain(&node.step_reads)
+                .copied()
+                .collect();
+            assert_eq!(reads, expected, "entry {at}");
+        }
+        let listed = entries.listed().clone();
+        assert_eq!(listed, recorded);
+        entries.push(planner::Node::new("d", 8, 1.0).inputs([4]));
+        assert_eq!(entries.len(), 6);
+        assert_eq!(entries.get(5).inputs, [4]);
+    }
+
+    #[test]
+    fn positions_and_view_nodes_invert_each_other() {
+        let sides = [side(0, 0), side(2, 1), side(3, 1)];
+        let mut v = 0;
+        for at in 0..8u32 {
+            match view_node(&sides, at) {
+                Ok(node) => {
+                    assert_eq!(node, v);
+                    assert_eq!(position(&sides, node), at);
+                    v += 1;
+                }
+                Err(k) => assert_eq!(sides[k].at, at),
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "after its first op")]
+    fn a_step_follows_from_its_first_op() {
+        let view = Arc::new(GraphView::new(chain()).unwrap());
+        let mut entries = Entries::default();
+        entries.push(planner::Node::new("a", 8, 1.0));
+        entries.follow(view, Arc::from([]));
+    }
+}
