@@ -13,10 +13,12 @@
 //! allocator). Asserted: gradients bit-identical to SaveAll's; the later steps follow one
 //! plan (the same replays each step, within the budget by `stats`: NOTE [shared-release]);
 //! the heap of a planned step against SaveAll's peak (measured on 32 steps, batch 16, input
-//! 16, hidden 64, release: Lstm 1.39x at 50%, 1.16x at 25%; Gru 1.32x at 50%; the graph's
-//! own bookkeeping, which the budget does not count yet, is most of the rest: FIXME
-//! [tape-bytes]). What does not
-//! hold yet is in ARCHITECTURE.md (FIXME [lstm-plans]). `REMAT_RNN_STEPS` sets the length
+//! 16, hidden 64, release: Lstm 1.08x at 50%, 0.85x at 25%, 0.72-0.75x at 15-10%; Gru 1.01x
+//! at 50%; 1.39x, 1.16x, 1.1x and 1.32x before NOTE [followed-entries]). Each step also
+//! prints its peak against issue 34's rule (`b + 1.1 (P - K + G) + 256 KiB`), which it does
+//! not meet: the graph's own bookkeeping, which the budget does not count, is most of the
+//! difference (FIXME [tape-bytes] in ARCHITECTURE.md). What does not hold yet is in
+//! ARCHITECTURE.md (FIXME [lstm-plans]). `REMAT_RNN_STEPS` sets the length
 //! (`scripts/long-tests.sh` runs 128). Five child processes of the Lstm at a quarter of K
 //! plan the same steps (NOTE [estimated-costs]).
 
@@ -72,6 +74,8 @@ struct Step {
     peak: i64,
     /// Heap after the forward pass, above the level before.
     kept: i64,
+    /// Heap after backward, the gradients held, above the level before.
+    grads_bytes: i64,
     replays: u64,
     /// `remat::stats().peak_bytes` (what remat held at most).
     held: u64,
@@ -95,6 +99,7 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
     let kept = heap::live() as i64 - before;
     let grads = loss.backward();
     let peak = heap::peak() as i64 - before;
+    let grads_bytes = heap::live() as i64 - before;
     let grads = match model {
         Model::GruAll => collect_grads(&net.gru, &GradientsParams::from_grads(grads, &net.gru)),
         Model::LstmLast => collect_grads(&net.lstm, &GradientsParams::from_grads(grads, &net.lstm)),
@@ -103,6 +108,7 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
     Step {
         peak,
         kept,
+        grads_bytes,
         replays: stats.replays,
         held: stats.peak_bytes,
         grads,
@@ -161,14 +167,22 @@ fn check(model: Model, shares: &[(u64, f64)]) -> Vec<u64> {
             );
         }
         let ratio = runs[2].peak as f64 / save_all.peak as f64;
+        // Issue 34's rule: b + 1.1 (P - K + G) + 256 KiB.
+        let rule = budget as f64
+            + 1.1 * (save_all.peak - save_all.kept + save_all.grads_bytes) as f64
+            + 262_144.0;
         eprintln!(
             "{model:?} {seq} steps at {percent}% of K ({budget} bytes): heap peak {:.2}x \
-             SaveAll's ({} / {}), {} replays a step",
-            ratio, runs[2].peak, save_all.peak, runs[2].replays
+             SaveAll's ({} / {}), {:.2}x issue 34's rule ({rule:.0}), {} replays a step",
+            ratio,
+            runs[2].peak,
+            save_all.peak,
+            runs[2].peak as f64 / rule,
+            runs[2].replays
         );
         // Debug builds keep more per op (each evicted value's shape and dtype).
         let bound = if cfg!(debug_assertions) {
-            bound + 0.25
+            bound + 0.1
         } else {
             bound
         };
@@ -185,24 +199,25 @@ fn check(model: Model, shares: &[(u64, f64)]) -> Vec<u64> {
 /// loss never reads, at half and a quarter of SaveAll's bytes.
 #[test]
 fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
-    check(Model::LstmLast, &[(50, 1.5), (25, 1.3)]);
+    check(Model::LstmLast, &[(50, 1.2), (25, 1.0)]);
 }
 
 /// NOTE [replay-plan]: the Gru's first step at half of SaveAll's bytes runs (the whole-step
 /// plan replayed once from the lean state), and the next ones follow that plan.
 #[test]
 fn gru_with_a_loss_on_every_output_runs_from_its_first_step() {
-    check(Model::GruAll, &[(50, 1.6)]);
+    check(Model::GruAll, &[(50, 1.15)]);
 }
 
 /// NOTE [tuple-cuts]: below a sixth of SaveAll's bytes the Lstm's (h, c) hand-over made it
 /// no chain, and its only plan was the lean schedule: at 12% of K on 32 steps 224,056
 /// replays a step and a heap of 3.36x SaveAll's peak. As a chain of tuples (measured, 32
-/// steps): 1,106, 1,698 and 2,290 replays at 15, 12 and 10%, the heap 1.08-1.12x.
+/// steps): 1,106, 1,698 and 2,290 replays at 15, 12 and 10%, the heap 1.08-1.12x, and
+/// 0.72-0.75x since NOTE [followed-entries] (the budget now lowers the process's peak).
 #[test]
 fn lstm_below_a_sixth_of_its_bytes_is_planned_as_a_chain() {
     let shares = [15, 12, 10];
-    let replays = check(Model::LstmLast, &shares.map(|percent| (percent, 1.3)));
+    let replays = check(Model::LstmLast, &shares.map(|percent| (percent, 0.9)));
     for (percent, replays) in shares.iter().zip(replays) {
         assert!(
             replays <= 100 * steps() as u64,

@@ -187,7 +187,7 @@ fn the_smallest_budget_tradeoff_names_runs() {
 /// (measured 0.20-0.31x), and a later step, which follows the plan, within the budget plus
 /// SaveAll's backward allowance (`P - K + G`, x 1.1, + 256 KiB) and the graph's own
 /// bookkeeping (what the allocator holds after the forward pass beyond what `stats` counts:
-/// the nodes, edges and the session's view, about 900 bytes an op, which the budget does
+/// the nodes, edges and the session's entries, about 470 bytes an op, which the budget does
 /// not count yet; FIXME [tape-bytes] in ARCHITECTURE.md).
 #[test]
 fn a_budget_bounds_the_heap_of_a_recurrence_from_its_first_step() {
@@ -213,10 +213,17 @@ fn a_budget_bounds_the_heap_of_a_recurrence_from_its_first_step() {
             save_all.peak
         );
         // The step's own bookkeeping: what its forward pass left on the heap beyond what
-        // `stats` counts (measured: 947 bytes an op under a budget, 1,000 in debug builds).
+        // `stats` counts (measured: 947 bytes an op under a budget, 1,000 in debug builds;
+        // 363-474 and 450-529 since NOTE [followed-entries]).
         let tape = later.kept - later.stats_kept;
+        eprintln!(
+            "{matrices} matrices: {} bytes of bookkeeping an op, heap peak {} (SaveAll's {})",
+            tape / (6 * STEPS) as isize,
+            later.peak,
+            save_all.peak
+        );
         // Debug builds keep each evicted value's shape and dtype (`Signature`) too.
-        let per_op = if cfg!(debug_assertions) { 1100 } else { 1000 };
+        let per_op = if cfg!(debug_assertions) { 600 } else { 540 };
         assert!(
             tape < per_op * 6 * STEPS as isize,
             "{matrices} matrices: {tape} bytes of bookkeeping for {} ops",
