@@ -31,6 +31,11 @@ step "Burn's Lstm and Gru under a budget, 128 steps (release)"
 REMAT_RNN_STEPS=128 cargo test --release -p remat-models --test recurrent_modules -- --nocapture \
     || fail "REMAT_RNN_STEPS=128 cargo test --release -p remat-models --test recurrent_modules"
 
+step "Burn's Lstm below a sixth of its bytes, 1,024 steps (release)"
+REMAT_RNN_STEPS=1024 cargo test --release -p remat-models --test recurrent_modules \
+    lstm_below_a_sixth_of_its_bytes_is_planned_as_a_chain -- --nocapture \
+    || fail "REMAT_RNN_STEPS=1024 cargo test --release -p remat-models --test recurrent_modules lstm_below"
+
 step "fuzzer: ${REMAT_FUZZ_CASES:=10000} cases (release)"
 REMAT_FUZZ_CASES="$REMAT_FUZZ_CASES" cargo test --release -p remat --test random_dags \
     || fail "REMAT_FUZZ_CASES=$REMAT_FUZZ_CASES cargo test --release -p remat --test random_dags"
