@@ -339,8 +339,9 @@ fn each_recorded_op_keeps_a_fixed_number_of_bytes() {
 
 /// The bytes each op of the fourth step of a chain of `n` ops (`sin`, then `mul` by a
 /// tracked leaf, alternating, on 256 floats, summed) keeps until backward under `policy`,
-/// the three steps before it run (the first under a budget plans the later ones).
-fn followed_bytes_per_op(policy: Policy) -> f64 {
+/// the three steps before it run (the first under a budget plans the later ones). With
+/// `loss_outside`, the sum is taken outside the policy's scope.
+fn followed_bytes_per_op(policy: Policy, loss_outside: bool) -> f64 {
     on_small_stack("the followed bytes-per-op measurement", move || {
         support::heap::set_measured(true);
         let vector = |value: f32| {
@@ -356,16 +357,20 @@ fn followed_bytes_per_op(policy: Policy) -> f64 {
             for _ in 0..4 {
                 let x = vector(0.3);
                 let before = live();
-                let y = remat::with_policy(policy.clone(), || {
-                    let y = (0..n).fold(x.clone(), |y, i| {
+                let chain = || {
+                    (0..n).fold(x.clone(), |y, i| {
                         if i % 2 == 0 {
                             A::float_sin(y)
                         } else {
                             A::float_mul(y, w.clone())
                         }
-                    });
-                    A::float_sum(y)
-                });
+                    })
+                };
+                let y = if loss_outside {
+                    A::float_sum(remat::with_policy(policy.clone(), chain))
+                } else {
+                    remat::with_policy(policy.clone(), || A::float_sum(chain()))
+                };
                 bytes = live() - before;
                 drop(A::backward(y));
             }
@@ -381,24 +386,32 @@ fn followed_bytes_per_op(policy: Policy) -> f64 {
 /// NOTE [followed-entries]: a step that follows its plan under a budget keeps less
 /// bookkeeping an op than SaveAll (it listed a planner node per op and compacted itself on a
 /// copy of them: 584 bytes an op, against SaveAll's 619 beside its kilobyte value).
-/// Measured: 332 bytes an op (debug builds: each evicted value's shape too).
+/// Measured: 332 bytes an op (debug builds: each evicted value's shape too). With the loss
+/// taken outside the budget's scope, the steps departed from their plan at their last op
+/// (NOTE [recorded-size] in `checkpoint/budget/pass.rs`) and kept 732 bytes an op.
 #[test]
 fn a_step_following_its_plan_keeps_less_bookkeeping_than_save_all() {
     let _s = serial();
     let value = 1024.0;
-    let save_all = followed_bytes_per_op(Policy::SaveAll);
-    let budget = followed_bytes_per_op(Policy::Budget(30 * 1024));
-    eprintln!("SaveAll {save_all} bytes an op, a budget of 30 KiB {budget}");
-    assert!(
-        budget < save_all - value,
-        "a step following its plan kept {budget} bytes an op, SaveAll {save_all} (of which \
-         {value} its value)"
-    );
-    let bound = if cfg!(debug_assertions) { 448.0 } else { 352.0 };
-    assert!(
-        budget <= bound,
-        "a step following its plan kept {budget} bytes an op, more than {bound}"
-    );
+    for loss_outside in [false, true] {
+        let save_all = followed_bytes_per_op(Policy::SaveAll, loss_outside);
+        let budget = followed_bytes_per_op(Policy::Budget(30 * 1024), loss_outside);
+        eprintln!(
+            "loss outside: {loss_outside}: SaveAll {save_all} bytes an op, a budget of 30 KiB \
+             {budget}"
+        );
+        assert!(
+            budget < save_all - value,
+            "loss outside: {loss_outside}: a step following its plan kept {budget} bytes an \
+             op, SaveAll {save_all} (of which {value} its value)"
+        );
+        let bound = if cfg!(debug_assertions) { 448.0 } else { 352.0 };
+        assert!(
+            budget <= bound,
+            "loss outside: {loss_outside}: a step following its plan kept {budget} bytes an \
+             op, more than {bound}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -155,6 +155,17 @@ impl Entries {
         }
     }
 
+    /// The output bytes of the entry at `at`.
+    pub(super) fn bytes(&self, at: usize) -> u64 {
+        match &self.followed {
+            None => self.listed[at].bytes,
+            Some(followed) => match view_node(&followed.sides, at as u32) {
+                Err(k) => followed.side_nodes[k].bytes,
+                Ok(v) => followed.view.node(v).bytes,
+            },
+        }
+    }
+
     /// Calls `read` with each entry the entry at `at` reads, in a replay (its inputs) or in
     /// its backward step (its step reads), without making the entry.
     pub(super) fn reads(&self, at: usize, mut read: impl FnMut(u32)) {
@@ -240,6 +251,7 @@ mod tests {
             }
             assert_eq!(*entries.get(at), *node, "entry {at}");
             assert_eq!(entries.cost(at), node.cost);
+            assert_eq!(entries.bytes(at), node.bytes);
             let mut reads = Vec::new();
             entries.reads(at, |u| reads.push(u));
             let expected: Vec<u32> = node

@@ -203,12 +203,18 @@ pub(crate) fn plan_pass(
     for (i, &k) in by_id.iter().enumerate() {
         index.insert(entries[k].1.id, i as u32);
     }
-    let measured = |id: NodeId| -> Option<f64> {
+    // NOTE [recorded-size]: the session's entry of an op it recorded: its measured time,
+    // and its output's size. A node's description says 0 bytes for a value that nothing
+    // needed (the slot holds no size), where the session recorded the output's size: a
+    // forward pass under a budget whose loss is taken outside it (`sum` reads no value)
+    // then made a view whose last node had 0 bytes, and every later step departed from
+    // its plan at its last op (and listed every entry again for the online planner).
+    let recorded = |id: NodeId| -> Option<(f64, u64)> {
         SESSION.with(|cell| {
             let cell = cell.borrow();
             let session = cell.as_ref()?;
-            let i = *session.index.get(&id)?;
-            Some(session.nodes.cost(i as usize))
+            let i = *session.index.get(&id)? as usize;
+            Some((session.nodes.cost(i), session.nodes.bytes(i)))
         })
     };
     let to_index = |ids: &[NodeId]| -> Vec<u32> {
@@ -300,8 +306,9 @@ pub(crate) fn plan_pass(
                         if e.reads_output {
                             reads.push(i as u32);
                         }
-                        let cost = measured(e.id).unwrap_or_else(|| estimate(e.cost, e.bytes));
-                        planner::Node::new(e.name, e.bytes, cost)
+                        let (cost, bytes) =
+                            recorded(e.id).unwrap_or_else(|| (estimate(e.cost, e.bytes), e.bytes));
+                        planner::Node::new(e.name, bytes, cost)
                             .inputs(to_index(&e.inputs))
                             .step_reads(reads)
                             .replayable(e.replayable)
