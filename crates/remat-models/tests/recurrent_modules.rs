@@ -117,13 +117,17 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
 
 /// The modules (seeded) and an input of [`steps`] steps.
 fn lstm_and_input() -> (Net, Tensor<3>) {
+    lstm_and_input_of(steps())
+}
+
+/// The modules (seeded) and an input of `seq` steps.
+fn lstm_and_input_of(seq: usize) -> (Net, Tensor<3>) {
     let device = Device::flex().autodiff();
     device.seed(3);
     let net = Net {
         lstm: LstmConfig::new(INPUT, HIDDEN, true).init(&device),
         gru: GruConfig::new(INPUT, HIDDEN, true).init(&device),
     };
-    let seq = steps();
     let x = Tensor::<3>::from_data(
         TensorData::new(synthetic(BATCH * seq * INPUT, 5), [BATCH, seq, INPUT]),
         &device,
@@ -225,6 +229,55 @@ fn lstm_below_a_sixth_of_its_bytes_is_planned_as_a_chain() {
             steps()
         );
     }
+}
+
+/// Issue 34: the smallest budget of the Lstm does not grow with its length beyond its
+/// input. Measured (the smallest budget `check_budget` names after a step under
+/// `Budget(u64::MAX)`, batch 16, input 16): twice the input plus 32 KiB at 32, 128, 512 and
+/// 1,024 steps. The input counts twice: each step's slice is held by the four gates, and the
+/// view charges it to the gate that records it and to the one that steps last (NOTE
+/// [shared-release] in `checkpoint/budget/pass.rs`). The step runs under that budget with
+/// SaveAll's gradients, within it (by `stats`).
+#[test]
+fn lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    one_measured_thread();
+    let mut beyond = Vec::new();
+    for seq in [steps(), 4 * steps()] {
+        let (net, x) = lstm_and_input_of(seq);
+        step(&net, Model::LstmLast, &x, Policy::Budget(u64::MAX));
+        let smallest = match remat::check_budget(0) {
+            Err(remat::BudgetError::TooSmall {
+                min_budget_bytes, ..
+            }) => min_budget_bytes,
+            other => panic!("{seq} steps: check_budget(0) answered {other:?}"),
+        };
+        let input = (BATCH * seq * INPUT * 4) as u64;
+        eprintln!("Lstm, {seq} steps: smallest budget {smallest} bytes, the input {input}");
+        beyond.push(smallest - 2 * input);
+        if seq == steps() {
+            let save_all = step(&net, Model::LstmLast, &x, Policy::SaveAll);
+            let run = step(&net, Model::LstmLast, &x, Policy::Budget(smallest));
+            assert!(
+                run.grads == save_all.grads,
+                "{seq} steps under the smallest budget: gradients differ from SaveAll's"
+            );
+            assert!(
+                run.held <= smallest,
+                "{seq} steps: held {} bytes under the smallest budget {smallest}",
+                run.held
+            );
+        }
+    }
+    assert_eq!(
+        beyond[0], beyond[1],
+        "the smallest budget beyond twice the input grew with the length"
+    );
+    assert!(
+        beyond[0] <= 64 * 1024,
+        "the smallest budget holds {} bytes beyond twice the input",
+        beyond[0]
+    );
 }
 
 /// The line a child process of [`five_processes_plan_the_same_lstm_steps`] prints.
