@@ -106,18 +106,14 @@ fn side_ops(nodes: &Entries, side: &[bool], quiet: &[bool], read_outside: &[u32]
 
 /// Charges each shared constant of the pass also to its holder that steps last, when that
 /// is not its owner (NOTE \[shared-release\]). `nodes` are in view order (`by_id`), and
-/// `entries` in step order.
-fn charge_last_holders(
-    nodes: &mut [planner::Node],
-    entries: &[(usize, ScheduleEntry)],
-    by_id: &[usize],
-) {
+/// `described` in step order.
+fn charge_last_holders(nodes: &mut [planner::Node], described: &[ScheduleEntry], by_id: &[usize]) {
     // By constant: its owner's view index, and its last-stepping holder's step position,
     // view index and bytes.
     let mut owner: HashMap<usize, u32> = HashMap::new();
     let mut last: HashMap<usize, (usize, u32, u64)> = HashMap::new();
     for (i, &k) in by_id.iter().enumerate() {
-        for &(key, bytes, owns) in &entries[k].1.shared {
+        for &(key, bytes, owns) in &described[k].shared {
             if owns {
                 owner.insert(key, i as u32);
             }
@@ -180,6 +176,30 @@ fn replay_cost(nodes: &[planner::Node], actions: &[Action]) -> f64 {
         .sum()
 }
 
+/// What a pass keeps of each node it claimed (NOTE \[pass-facts\]).
+struct Facts {
+    /// Its position in the pass's order.
+    pos: usize,
+    id: NodeId,
+    bytes: u64,
+    fixed_bytes: u64,
+    held: bool,
+    replayable: bool,
+}
+
+impl Facts {
+    fn of(pos: usize, entry: &ScheduleEntry) -> Self {
+        Self {
+            pos,
+            id: entry.id,
+            bytes: entry.bytes,
+            fixed_bytes: entry.fixed_bytes,
+            held: entry.held,
+            replayable: entry.replayable,
+        }
+    }
+}
+
 /// A backward pass planned and run under `budget` (NOTE \[budget\]): returns, for each node
 /// of `order`, the actions to carry out before finishing it (in `order`'s order; empty for
 /// leaves), the bytes held when the pass starts, the budget the pass runs within, and the
@@ -192,16 +212,23 @@ pub(crate) fn plan_pass(
     budget: u64,
 ) -> (Vec<Vec<Action>>, u64, u64, Pending) {
     let full_budget = budget;
-    let entries: Vec<(usize, ScheduleEntry)> = order
-        .iter()
-        .enumerate()
-        .filter_map(|(pos, n)| n.schedule_entry().map(|e| (pos, e)))
-        .collect();
+    // NOTE [pass-facts]: what the pass keeps of each node is a few facts; a node is
+    // described in full (its reads, its shared constants) only where the pass's view is
+    // built from descriptions. Holding every description through the pass (about 200 bytes
+    // a node) was most of a followed step's backward peak over its forward pass: 1.0 of
+    // 1.67 MB on Burn's `Lstm` at 128 steps.
+    let mut entries: Vec<Facts> = Vec::with_capacity(order.len());
+    entries.extend(
+        order
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, n)| n.schedule_entry().map(|e| Facts::of(pos, &e))),
+    );
     let mut by_id: Vec<usize> = (0..entries.len()).collect();
-    by_id.sort_unstable_by_key(|&k| entries[k].1.id);
+    by_id.sort_unstable_by_key(|&k| entries[k].id);
     let mut index: HashMap<NodeId, u32, IdBuildHasher> = HashMap::default();
     for (i, &k) in by_id.iter().enumerate() {
-        index.insert(entries[k].1.id, i as u32);
+        index.insert(entries[k].id, i as u32);
     }
     // NOTE [recorded-size]: the session's entry of an op it recorded: its measured time,
     // and its output's size. A node's description says 0 bytes for a value that nothing
@@ -229,14 +256,14 @@ pub(crate) fn plan_pass(
     let mut held = Vec::new();
     let mut held_bytes = 0;
     for (i, &k) in by_id.iter().enumerate() {
-        let e = &entries[k].1;
+        let e = &entries[k];
         if e.held {
             held.push(i as u32);
             held_bytes += e.bytes;
         }
         held_bytes += e.fixed_bytes;
     }
-    let step_order: Vec<u32> = entries.iter().map(|(_, e)| index[&e.id]).collect();
+    let step_order: Vec<u32> = entries.iter().map(|e| index[&e.id]).collect();
     // When this thread's session recorded exactly the pass's ops, its nodes are the view:
     // they carry the forward pass's measured times and marks, and match the plan the step
     // may have followed (the pass's own description agrees with them on everything else).
@@ -256,7 +283,7 @@ pub(crate) fn plan_pass(
         let prefix = session.ids.first().is_some_and(claimed)
             && by_id
                 .iter()
-                .map(|&k| entries[k].1.id)
+                .map(|&k| entries[k].id)
                 .zip(ours.by_ref())
                 .all(|(theirs, ours)| theirs == *ours)
             && ours.next().is_none();
@@ -295,13 +322,21 @@ pub(crate) fn plan_pass(
     let view: Arc<GraphView> = match session_view {
         Some(Ok(view)) => view,
         described => {
+            let full: Vec<ScheduleEntry> = entries
+                .iter()
+                .map(|e| {
+                    order[e.pos].schedule_entry().unwrap_or_else(|| {
+                        panic!("remat internal error: a node of a pass has no description")
+                    })
+                })
+                .collect();
             let mut nodes = match described {
                 Some(Err(nodes)) => nodes,
                 _ => by_id
                     .iter()
                     .enumerate()
                     .map(|(i, &k)| {
-                        let e = &entries[k].1;
+                        let e = &full[k];
                         let mut reads = to_index(&e.step_reads);
                         if e.reads_output {
                             reads.push(i as u32);
@@ -316,7 +351,7 @@ pub(crate) fn plan_pass(
                     })
                     .collect(),
             };
-            charge_last_holders(&mut nodes, &entries, &by_id);
+            charge_last_holders(&mut nodes, &full, &by_id);
             smooth_costs(&mut nodes, backend);
             Arc::new(
                 GraphView::with_step_order(nodes, step_order.clone()).unwrap_or_else(|e| {
@@ -346,7 +381,7 @@ pub(crate) fn plan_pass(
         if read[v as usize] {
             return true;
         }
-        held_bytes -= order[entries[by_id[v as usize]].0].scheduled_free();
+        held_bytes -= order[entries[by_id[v as usize]].pos].scheduled_free();
         false
     });
     // Other graphs of this thread recorded under a budget and still alive (a second loss
@@ -461,9 +496,9 @@ pub(crate) fn plan_pass(
             // any budget at or above the planner's smallest one works) and plan again.
             let mut pinned = Vec::new();
             for &v in &held {
-                let (pos, entry) = &entries[by_id[v as usize]];
+                let entry = &entries[by_id[v as usize]];
                 if entry.replayable {
-                    held_bytes -= order[*pos].scheduled_free();
+                    held_bytes -= order[entry.pos].scheduled_free();
                 } else {
                     pinned.push(v);
                 }
@@ -535,7 +570,7 @@ pub(crate) fn plan_pass(
         }
     };
     // Map view indices back to positions in `order`.
-    let position: Vec<usize> = by_id.iter().map(|&k| entries[k].0).collect();
+    let position: Vec<usize> = by_id.iter().map(|&k| entries[k].pos).collect();
     for actions in &mut per_node {
         for action in actions.iter_mut() {
             *action = action.with_node(position[action.node() as usize] as u32);
@@ -579,12 +614,12 @@ pub(crate) struct Pending {
 fn backward_chunks(
     actions: &[Action],
     index: &ScheduleIndex,
-    entries: &[(usize, ScheduleEntry)],
+    entries: &[Facts],
     len: usize,
     forward_ran: bool,
 ) -> Vec<Vec<Action>> {
     let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); len];
-    for (p, (pos, _)) in entries.iter().enumerate() {
+    for (p, Facts { pos, .. }) in entries.iter().enumerate() {
         if let Some(mut range) = index.backward(p) {
             if p == 0 && forward_ran {
                 let last = actions
@@ -607,7 +642,7 @@ fn backward_chunks(
 fn attempt_plan(
     nodes: &[planner::Node],
     step_order: &[u32],
-    entries: &[(usize, ScheduleEntry)],
+    entries: &[Facts],
     len: usize,
     budget: u64,
     held: &[u32],
@@ -617,7 +652,7 @@ fn attempt_plan(
     let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); len];
     let mut pending = dtr.begin_backward(step_order.to_vec())?.to_vec();
     let mut replayed = 0.0;
-    for (pos, _) in entries {
+    for Facts { pos, .. } in entries {
         pending.extend_from_slice(dtr.on_step()?);
         replayed += replay_cost(nodes, &pending);
         if replayed > limit {
