@@ -2,13 +2,16 @@
 //!
 //! ```text
 //! cargo run --release --manifest-path bench/Cargo.toml -- [flags]
-//!   --models mlp,transformer,convnet,resmlp   --backends flex,ndarray (and wgpu, built with
-//!   `--features wgpu`: small sizes; memory columns are the device's bytes in use)
+//!   --models mlp,transformer,convnet,resmlp (the default; and lstm)
+//!   --backends flex,ndarray (and wgpu, built with `--features wgpu`: small sizes; memory
+//!   columns are the device's bytes in use)
 //!   --engines burn,burn-balanced,saveall,balanced,recomputeall,regions (default: all)
-//!   --budgets 75,50,30,20,10,5 (percentages of remat SaveAll's held-bytes peak; mlp adds 25)
+//!   --budgets 75,50,30,20,10,5 (percentages of remat SaveAll's held-bytes peak; mlp adds 25;
+//!   lstm's default is 50,25,10: its steps are long)
 //!   --no-budget (skip the budget curve)  --only budget (SaveAll, regions and the budget curve)
 //!   --steps N (timed steps, default 5)  --warmup N (default 1)
-//!   --batch N | --batch mlp=128,transformer=2 --layers N (override every model)  --seq N (transformer)
+//!   --batch N | --batch mlp=128,transformer=2 --layers N (override every model)
+//!   --seq N (transformer; lstm's time steps)
 //!   --conv-batch-ndarray N (convnet batch on NdArray, default 2: its conv backward is slow)
 //!   --micro-ops N (default 100000)  --micro-reps N (default 3)  --no-micro
 //!   --report-only (regenerate RESULTS.md and the SVGs from results.json)
@@ -64,7 +67,8 @@ struct Opts {
     micro_ops: usize,
     micro_reps: usize,
     micro: bool,
-    budgets: Vec<u32>,
+    /// `None`: each model's default ([`budget_percents`]).
+    budgets: Option<Vec<u32>>,
     budget: bool,
     report_only: bool,
     out: PathBuf,
@@ -86,7 +90,7 @@ fn parse_args() -> Result<Opts, String> {
         micro_ops: 100_000,
         micro_reps: 3,
         micro: true,
-        budgets: vec![75, 50, 30, 20, 10, 5],
+        budgets: None,
         budget: true,
         report_only: false,
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
@@ -155,13 +159,14 @@ fn parse_args() -> Result<Opts, String> {
             "--no-micro" => opts.micro = false,
             "--budgets" => {
                 let list = args.next().ok_or("--budgets needs a value")?;
-                opts.budgets = list
-                    .split(',')
-                    .map(|p| match p.trim_end_matches('%').parse::<u32>() {
-                        Ok(p) if (1..=100).contains(&p) => Ok(p),
-                        _ => Err(format!("--budgets: {p} is not a percentage in 1..=100")),
-                    })
-                    .collect::<Result<_, _>>()?;
+                opts.budgets = Some(
+                    list.split(',')
+                        .map(|p| match p.trim_end_matches('%').parse::<u32>() {
+                            Ok(p) if (1..=100).contains(&p) => Ok(p),
+                            _ => Err(format!("--budgets: {p} is not a percentage in 1..=100")),
+                        })
+                        .collect::<Result<_, _>>()?,
+                );
             }
             "--no-budget" => opts.budget = false,
             "--only" => match args.next().as_deref() {
@@ -203,7 +208,7 @@ fn config(opts: &Opts, kind: Kind, backend: &str) -> Config {
     if let Some(l) = opts.layers {
         c.layers = l;
     }
-    if let (Some(s), Kind::Transformer) = (opts.seq, kind) {
+    if let (Some(s), Kind::Transformer | Kind::Lstm) = (opts.seq, kind) {
         c.seq = s;
     }
     if kind == Kind::Convnet && backend == "ndarray" {
@@ -335,12 +340,7 @@ fn calibrate_budgets(
     let mut info = BudgetInfo::new(BudgetTarget::Unbounded, None, u64::MAX);
     info.ran_bytes = Some(u64::MAX);
     points.push(info);
-    let mut percents = opts.budgets.clone();
-    if kind == Kind::Mlp && !percents.contains(&25) {
-        percents.push(25);
-    }
-    percents.sort_unstable_by(|a, b| b.cmp(a));
-    percents.dedup();
+    let percents = budget_percents(opts, kind);
     let mut requests: Vec<(BudgetTarget, Option<u32>, u64)> = percents
         .iter()
         .map(|&p| {
@@ -423,6 +423,24 @@ fn calibrate_budgets(
         },
         prepared,
     ))
+}
+
+/// The budget points of a model, as percentages of SaveAll's held peak, largest first: those
+/// `--budgets` names, else 75% to 5%; the MLP adds 25% (its target); the LSTM's default is 50%,
+/// 25% and 10% (a step of its 1,024 time steps is long, and its smallest budget's step the
+/// longest).
+fn budget_percents(opts: &Opts, kind: Kind) -> Vec<u32> {
+    let mut percents = match (&opts.budgets, kind) {
+        (Some(asked), _) => asked.clone(),
+        (None, Kind::Lstm) => vec![50, 25, 10],
+        (None, _) => vec![75, 50, 30, 20, 10, 5],
+    };
+    if kind == Kind::Mlp && !percents.contains(&25) {
+        percents.push(25);
+    }
+    percents.sort_unstable_by(|a, b| b.cmp(a));
+    percents.dedup();
+    percents
 }
 
 fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String> {

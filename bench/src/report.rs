@@ -1107,6 +1107,16 @@ fn mib_text(bytes: Option<u64>) -> String {
     bytes.map_or("-".into(), |b| format!("{:.1}", mb(b as f64)))
 }
 
+/// A run's allocator peak over SaveAll's, as a table cell.
+fn peak_ratio(e: Option<&EngineRun>, save_all: Option<&EngineRun>) -> String {
+    match (e, save_all) {
+        (Some(e), Some(all)) if all.peak_bytes > 0 => {
+            format!("{:.3}", e.peak_bytes as f64 / all.peak_bytes as f64)
+        }
+        _ => "-".into(),
+    }
+}
+
 /// The `Policy::Budget` section of `RESULTS.md`.
 fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
     if results.runs.iter().all(|r| r.budget.is_none()) {
@@ -1124,7 +1134,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          `Budget per-layer peak` is the per-layer regions' own held peak (transformer only). \
          Ratios are to remat SaveAll (or, for the per-layer point, to the per-layer regions), medians of per-round ratios with quartiles. \
          Held peak: `remat::stats().peak_bytes` (largest over the timed steps; a point whose held peak passes its budget is listed as a problem in its model's section above); \
-         allocator peak: the counting allocator's, as above (gradients and kernel temporaries included). \
+         allocator peak: the counting allocator's, as above (gradients and kernel temporaries included); allocator peak / SaveAll: over SaveAll's allocator peak. \
          Predicted: the planner's curve from `remat::tradeoff()` after one step under `Budget(u64::MAX)` (op times measured in that \
          step's forward), interpolated linearly between the ladder's rows around the point's budget, \
          as 1 + predicted replay time / SaveAll's median step time; the curve itself follows each table. \
@@ -1198,11 +1208,11 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, ".\n");
         let _ = writeln!(
             s,
-            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | replays measured / SaveAll | chain optimum / SaveAll | optimum / SaveAll | no schedule below | planning ms |"
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | allocator peak / SaveAll | replays | predicted held MiB | predicted replays | predicted time / SaveAll | planned time / SaveAll | replays measured / SaveAll | chain optimum / SaveAll | optimum / SaveAll | no schedule below | planning ms |"
         );
         let _ = writeln!(
             s,
-            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for point in &budget.points {
             let e = budget_engine(run, point);
@@ -1240,11 +1250,12 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {asked} | {ran} | {} | {ratio} | {spread} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 point.target,
                 e.map_or("-".into(), |e| format!("{:.1}", e.median_ms)),
                 mib_text(e.and_then(|e| e.remat_peak_bytes)),
                 mib_text(e.map(|e| e.peak_bytes)),
+                peak_ratio(e, save_all),
                 e.map_or("-".into(), |e| opt(e.replays)),
                 predicted.as_ref().map_or("-".into(), |(r, _)| format!(
                     "{:.1}",
@@ -1278,11 +1289,12 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
             };
             let _ = writeln!(
                 s,
-                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | - | - | - | - | - | - | - | - |",
+                "| {} | - | - | {:.1} | {ratio} | {spread} | {} | {:.1} | {} | {} | - | - | - | - | - | - | - | - |",
                 e.label,
                 e.median_ms,
                 mib_text(e.remat_peak_bytes),
                 mb(e.peak_bytes as f64),
+                peak_ratio(Some(e), save_all),
                 opt(e.replays)
             );
         }
