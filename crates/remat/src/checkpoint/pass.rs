@@ -13,7 +13,6 @@ use std::sync::Arc;
 use super::budget;
 use crate::graph::grads::Gradients;
 use crate::graph::{GraphNode, ScheduledPass};
-use crate::planner::Action;
 
 /// The schedule of a pass over nodes recorded under a budget, or `None`.
 ///
@@ -35,7 +34,7 @@ pub(crate) fn schedule(order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn Scheduled
 /// finished, the bytes the schedule holds, and the pass's view until it ends.
 struct BudgetPass {
     budget: u64,
-    plan: Vec<Vec<Action>>,
+    plan: budget::PassActions,
     held: u64,
     pending: Option<budget::Pending>,
 }
@@ -56,7 +55,8 @@ impl ScheduledPass for BudgetPass {
         order: &[Option<Arc<dyn GraphNode>>],
         grads: &mut Gradients,
     ) {
-        budget::carry_out(order, &self.plan[i], grads, &mut self.held, self.budget);
+        let actions = self.plan.at(i);
+        budget::carry_out(order, &actions, grads, &mut self.held, self.budget);
     }
 
     fn after_pass(&mut self) {

@@ -71,7 +71,7 @@ use crate::checkpoint::policy::Cost;
 use crate::planner::{GraphView, PlanCache};
 
 pub(crate) use carry::{after_pass, carry_out};
-pub(crate) use pass::{Pending, pass_budget, plan_pass};
+pub(crate) use pass::{PassActions, Pending, pass_budget, plan_pass};
 pub use report::{BudgetError, check_budget, tradeoff, try_with_budget};
 pub(crate) use session::{Recorded, Upcoming, dropped, on_record, read_outside, reserve, upcoming};
 

@@ -11,6 +11,7 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -210,7 +211,7 @@ impl Facts {
 pub(crate) fn plan_pass(
     order: &[Arc<dyn GraphNode>],
     budget: u64,
-) -> (Vec<Vec<Action>>, u64, u64, Pending) {
+) -> (PassActions, u64, u64, Pending) {
     let full_budget = budget;
     // NOTE [pass-facts]: what the pass keeps of each node is a few facts; a node is
     // described in full (its reads, its shared constants) only where the pass's view is
@@ -399,7 +400,7 @@ pub(crate) fn plan_pass(
             limit,
         )
     };
-    let attempt_under = |budget: u64, held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+    let attempt_under = |budget: u64, held: &[u32]| -> Result<Chunks, planner::Error> {
         let plan = attempt_within(budget, held, f64::INFINITY)?;
         Ok(plan.expect("a plan without a limit is never abandoned"))
     };
@@ -442,14 +443,14 @@ pub(crate) fn plan_pass(
         })
         .map(|f| {
             backward_chunks(
-                f.plan.schedule.actions(),
+                f.plan.schedule.clone(),
                 &f.index,
                 &entries,
                 order.len(),
                 false,
             )
         });
-    let online = |held: &[u32]| -> Result<Vec<Vec<Action>>, planner::Error> {
+    let online = |held: &[u32]| -> Result<Chunks, planner::Error> {
         // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
         // this state; the online plan is abandoned once it replays more.
         // NOTE [rotor] in `planner/rotor.rs`: on a long chain of blocks, the chain's DP from
@@ -467,10 +468,7 @@ pub(crate) fn plan_pass(
         let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
         let attempt = match within_outside {
             // Made above for this state and this budget, without a limit.
-            Some(per_node) => {
-                let replayed: f64 = per_node.iter().map(|a| replay_cost(nodes, a)).sum();
-                Ok((replayed <= limit).then_some(per_node))
-            }
+            Some(per_node) => Ok((per_node.replay_cost(nodes) <= limit).then_some(per_node)),
             None => attempt_within(budget, held, limit),
         };
         let schedule = match (attempt, resumed) {
@@ -481,14 +479,14 @@ pub(crate) fn plan_pass(
         };
         let index = schedule.index();
         Ok(backward_chunks(
-            schedule.actions(),
+            Arc::new(schedule),
             &index,
             &entries,
             order.len(),
             true,
         ))
     };
-    let mut per_node = match followed.map_or_else(|| online(&held), Ok) {
+    let per_node = match followed.map_or_else(|| online(&held), Ok) {
         Ok(per_node) => per_node,
         Err(_) => {
             // The forward pass left a state the backward pass cannot continue from within
@@ -515,19 +513,14 @@ pub(crate) fn plan_pass(
             .flatten()
             .min_by(|a, b| a.1.total_cmp(&b.1));
             let limit = planned.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-            let chunks = |schedule: &planner::Schedule| {
-                backward_chunks(
-                    schedule.actions(),
-                    &schedule.index(),
-                    &entries,
-                    order.len(),
-                    true,
-                )
+            let chunks = |schedule: planner::Schedule| {
+                let index = schedule.index();
+                backward_chunks(Arc::new(schedule), &index, &entries, order.len(), true)
             };
             match attempt_within(budget, &pinned, limit) {
                 Ok(Some(per_node)) => Ok(per_node),
-                Ok(None) => Ok(chunks(&planned.expect("a limit comes from a plan").0)),
-                Err(error) => planned.map(|(schedule, _)| chunks(&schedule)).ok_or(error),
+                Ok(None) => Ok(chunks(planned.expect("a limit comes from a plan").0)),
+                Err(error) => planned.map(|(schedule, _)| chunks(schedule)).ok_or(error),
             }
             .unwrap_or_else(|_| {
                 // Name a budget this engine runs from the lean state: the planner's smallest
@@ -569,13 +562,12 @@ pub(crate) fn plan_pass(
             })
         }
     };
-    // Map view indices back to positions in `order`.
-    let position: Vec<usize> = by_id.iter().map(|&k| entries[k].pos).collect();
-    for actions in &mut per_node {
-        for action in actions.iter_mut() {
-            *action = action.with_node(position[action.node() as usize] as u32);
-        }
-    }
+    // View indices map back to positions in `order` as each chunk is carried out.
+    let position: Vec<u32> = by_id.iter().map(|&k| entries[k].pos as u32).collect();
+    let per_node = PassActions {
+        chunks: per_node,
+        position,
+    };
     LAST_BUDGET.store(full_budget, Ordering::Relaxed);
     // Plan the next steps of this graph once (planned mode; they follow the plan from their
     // first op), after this pass: its replays are timed by then (NOTE [replay-times]).
@@ -607,18 +599,67 @@ pub(crate) struct Pending {
     pub(super) sides: Arc<[Side]>,
 }
 
+// NOTE [shared-chunks]: a pass carried out a copy of its actions cut per node (a vector
+// each), in the order's positions. Following a cached plan, that copy was the plan's whole
+// backward a second time: at the smallest budget of Burn's `Lstm` on 1,024 steps, 2.26M
+// actions (18 MB beside the cache's). A pass's actions are now one list, the cached
+// schedule itself where the step followed one, with a range of it per position of the
+// order; each chunk is renumbered as it is carried out.
+
+/// The actions of a pass in view node numbers (NOTE \[shared-chunks\]): for each position
+/// of the pass's order, the range of `actions` to carry out before finishing that node.
+pub(crate) struct Chunks {
+    actions: Arc<planner::Schedule>,
+    ranges: Vec<Range<u32>>,
+}
+
+impl Chunks {
+    /// The replays' cost, by `nodes`' costs.
+    fn replay_cost(&self, nodes: &[planner::Node]) -> f64 {
+        self.ranges
+            .iter()
+            .map(|r| {
+                replay_cost(
+                    nodes,
+                    &self.actions.actions()[r.start as usize..r.end as usize],
+                )
+            })
+            .sum()
+    }
+}
+
+/// A planned pass's actions (see [`plan_pass`]).
+pub(crate) struct PassActions {
+    chunks: Chunks,
+    /// The order's position of each view node.
+    position: Vec<u32>,
+}
+
+impl PassActions {
+    /// The actions to carry out before finishing the node at position `pos` of the order,
+    /// on positions of the order.
+    pub(crate) fn at(&self, pos: usize) -> Vec<Action> {
+        let r = &self.chunks.ranges[pos];
+        self.chunks.actions.actions()[r.start as usize..r.end as usize]
+            .iter()
+            .map(|a| a.with_node(self.position[a.node() as usize]))
+            .collect()
+    }
+}
+
 /// A whole-step schedule's backward cut into the pass's per-node chunks: the actions before
 /// and at each step, at the step's position in the order (`entries`, `len` positions). With
 /// `forward_ran`, the drops right after the last forward op are the backward's (a schedule
 /// made after that forward pass ran, which carried out only its keeps).
 fn backward_chunks(
-    actions: &[Action],
+    schedule: Arc<planner::Schedule>,
     index: &ScheduleIndex,
     entries: &[Facts],
     len: usize,
     forward_ran: bool,
-) -> Vec<Vec<Action>> {
-    let mut chunks: Vec<Vec<Action>> = vec![Vec::new(); len];
+) -> Chunks {
+    let actions = schedule.actions();
+    let mut ranges: Vec<Range<u32>> = vec![0..0; len];
     for (p, Facts { pos, .. }) in entries.iter().enumerate() {
         if let Some(mut range) = index.backward(p) {
             if p == 0 && forward_ran {
@@ -630,10 +671,13 @@ fn backward_chunks(
                     range.start += 1;
                 }
             }
-            chunks[*pos] = actions[range].to_vec();
+            ranges[*pos] = range.start as u32..range.end as u32;
         }
     }
-    chunks
+    Chunks {
+        actions: schedule,
+        ranges,
+    }
 }
 
 /// The planner's actions for a pass (see [`plan_pass`]): for each position of the order
@@ -647,20 +691,28 @@ fn attempt_plan(
     budget: u64,
     held: &[u32],
     limit: f64,
-) -> Result<Option<Vec<Vec<Action>>>, planner::Error> {
+) -> Result<Option<Chunks>, planner::Error> {
     let mut dtr = Dtr::resume(budget, nodes.to_vec(), held)?;
-    let mut per_node: Vec<Vec<Action>> = vec![Vec::new(); len];
-    let mut pending = dtr.begin_backward(step_order.to_vec())?.to_vec();
-    let mut replayed = 0.0;
+    let mut ranges: Vec<Range<u32>> = vec![0..0; len];
+    let mut actions = dtr.begin_backward(step_order.to_vec())?.to_vec();
+    let mut start = 0;
+    let mut replayed = replay_cost(nodes, &actions);
     for Facts { pos, .. } in entries {
-        pending.extend_from_slice(dtr.on_step()?);
-        replayed += replay_cost(nodes, &pending);
+        let step = dtr.on_step()?;
+        replayed += replay_cost(nodes, step);
         if replayed > limit {
             return Ok(None);
         }
-        per_node[*pos] = core::mem::take(&mut pending);
+        actions.extend_from_slice(step);
+        let end = u32::try_from(actions.len())
+            .expect("remat internal error: a pass of more than u32::MAX actions");
+        ranges[*pos] = start..end;
+        start = end;
     }
-    Ok(Some(per_node))
+    Ok(Some(Chunks {
+        actions: Arc::new(planner::Schedule::new(actions)),
+        ranges,
+    }))
 }
 
 /// The bytes held by this thread's live graphs recorded under a budget, outside the pass
