@@ -11,6 +11,7 @@ use core::future::Future;
 
 use crate::backend::Autodiff;
 use crate::checkpoint::strategy::CheckpointStrategy;
+use crate::ops::reduce::Extreme;
 use crate::ops::unary::{self, Unary};
 use crate::ops::{binary, index, linalg, reduce, shape};
 use crate::tensor::AutodiffTensor;
@@ -551,11 +552,11 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
     }
 
     fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        reduce::max(C::BALANCED, tensor)
+        reduce::extreme(C::BALANCED, Extreme::Max, tensor)
     }
 
     fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        reduce::max_dim(C::BALANCED, tensor, dim)
+        reduce::extreme_dim(C::BALANCED, Extreme::Max, tensor, dim)
     }
 
     fn float_max_dim_with_indices(
@@ -563,15 +564,15 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
         dim: usize,
         indices_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        reduce::max_dim_with_indices(C::BALANCED, tensor, dim, indices_dtype)
+        reduce::extreme_dim_with_indices(C::BALANCED, Extreme::Max, tensor, dim, indices_dtype)
     }
 
     fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        reduce::min(C::BALANCED, tensor)
+        reduce::extreme(C::BALANCED, Extreme::Min, tensor)
     }
 
     fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        reduce::min_dim(C::BALANCED, tensor, dim)
+        reduce::extreme_dim(C::BALANCED, Extreme::Min, tensor, dim)
     }
 
     fn float_min_dim_with_indices(
@@ -579,7 +580,7 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
         dim: usize,
         indices_dtype: IntDType,
     ) -> (FloatTensor<Self>, IntTensor<Self>) {
-        reduce::min_dim_with_indices(C::BALANCED, tensor, dim, indices_dtype)
+        reduce::extreme_dim_with_indices(C::BALANCED, Extreme::Min, tensor, dim, indices_dtype)
     }
 
     fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -14,8 +14,8 @@ use smallvec::SmallVec;
 use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
 use crate::checkpoint::{budget, cost};
 use crate::graph::{
-    Input, Kept, Node, NodeId, NodeKind, OpState, Placement, Reads, Rule, Signature, Slot, Tracked,
-    Values, charged_constants,
+    Input, Kept, Node, NodeId, NodeKind, OpInfo, OpState, Placement, Reads, Rule, Signature, Slot,
+    Tracked, Values, charged_constants,
 };
 use crate::planner::Forced;
 use crate::stats::KeepReason;
@@ -59,20 +59,7 @@ pub(crate) fn record_unread<B: Backend, R: Rule<B>>(
         !rule.replayable() && rule.reads(Tracked::of(&[()], |_| true)) == Reads::NOTHING,
         "remat internal error: record_unread on a rule that reads its input or is replayed"
     );
-    let info = rule.info();
-    let decision = decide(
-        &OpFacts {
-            info,
-            replayable: false,
-            balanced,
-            reads: &Reads::NOTHING,
-            replay_reads: &|_| false,
-            inputs: &[InputState::GradientOnly],
-            stored: &|_| false,
-            weigh_bytes: false,
-        },
-        &mut never_weighed,
-    );
+    let decision = decide_unread(rule.info(), balanced, &[InputState::GradientOnly]);
     let edge = Input {
         node: Some(parent),
         held: None,
@@ -97,19 +84,7 @@ pub(crate) fn record_transfer<B: Backend, R: Rule<B>>(
     output: FloatTensor<B>,
 ) -> AutodiffTensor<B> {
     let info = rule.info();
-    let decision = decide(
-        &OpFacts {
-            info,
-            replayable: false,
-            balanced,
-            reads: &Reads::NOTHING,
-            replay_reads: &|_| false,
-            inputs: &[],
-            stored: &|_| false,
-            weigh_bytes: false,
-        },
-        &mut never_weighed,
-    );
+    let decision = decide_unread(info, balanced, &[]);
     let op = OpState {
         rule: Box::new(rule),
         inputs: SmallVec::new(),
@@ -117,6 +92,24 @@ pub(crate) fn record_transfer<B: Backend, R: Rule<B>>(
     };
     let node = Node::op(info, decision.placement, op, Slot::Unneeded);
     AutodiffTensor::tracked(output, Arc::new(node))
+}
+
+/// The decision for an op that is never replayed and whose step reads nothing, over
+/// `inputs` (an unread input, or none for a transfer).
+fn decide_unread(info: OpInfo, balanced: bool, inputs: &[InputState]) -> Decision {
+    decide(
+        &OpFacts {
+            info,
+            replayable: false,
+            balanced,
+            reads: &Reads::NOTHING,
+            replay_reads: &|_| false,
+            inputs,
+            stored: &|_| false,
+            weigh_bytes: false,
+        },
+        &mut never_weighed,
+    )
 }
 
 /// The output size for [`decide`] where it never asks (`weigh_bytes` is false).
@@ -152,24 +145,21 @@ fn record_impl<B: Backend, R: Rule<B>>(
 
     let info = rule.info();
     let reads = rule.reads(tracked);
-    let states: SmallVec<[InputState; 2]> = inputs.iter().map(state_of).collect();
     let mut output = output;
-    let Decision {
-        mut placement,
-        output: output_mark,
-        inputs: mut marks,
-    } = decide(
-        &OpFacts {
-            info,
-            replayable: rule.replayable(),
-            balanced,
-            reads: &reads,
-            replay_reads: &|i| rule.replay_input(i),
-            inputs: &states,
-            stored: &|i| inputs[i].node.as_ref().is_some_and(|n| n.is_stored()),
-            weigh_bytes: true,
+    let (
+        Decision {
+            placement,
+            output: output_mark,
+            inputs: marks,
         },
-        &mut || {
+        upcoming,
+    ) = decide_and_reserve(
+        &rule,
+        info,
+        balanced,
+        &reads,
+        &inputs.iter().map(Some).collect::<SmallVec<[_; 2]>>(),
+        Some(&mut || {
             // Asked only when Balanced recomputes the op: every input is then retained for
             // the replay, so computing the output first (on clones) takes no in-place
             // opportunity away.
@@ -177,34 +167,9 @@ fn record_impl<B: Backend, R: Rule<B>>(
                 rule.forward(inputs.iter().map(|t| t.primitive.clone()).collect())
             });
             bytes::<B>(out) as u64
-        },
+        }),
+        true,
     );
-
-    // NOTE [in-place-forward] in `checkpoint/budget/session.rs`: following a plan, only the
-    // inputs it keeps here are held while the op runs.
-    let upcoming = if placement.budget != 0 {
-        budget::upcoming(placement.budget, info.name)
-    } else {
-        budget::Upcoming::default()
-    };
-    if upcoming.free_side && reads == Reads::NOTHING {
-        // NOTE [side-ops] in `checkpoint/budget/mod.rs`: no backward step reaches this op
-        // and its own reads nothing: nothing is retained for it, as under SaveAll, and no
-        // plan keeps its value (an op that reads it after all keeps it).
-        placement.recompute = false;
-        placement.planned = false;
-        marks.iter_mut().for_each(|mark| *mark = None);
-    }
-    if placement.budget != 0 {
-        // NOTE [budget]: room for the constants the edges will hold, before they are held.
-        let constants = inputs
-            .iter()
-            .zip(&marks)
-            .filter(|(t, mark)| t.node.is_none() && mark.is_some())
-            .map(|(t, _)| bytes::<B>(&t.primitive) as u64)
-            .sum();
-        budget::reserve(placement.budget, constants);
-    }
     let mut edges: SmallVec<[Input<B>; 2]> = SmallVec::with_capacity(inputs.len());
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     let mut budgeted = Budgeted::default();
@@ -264,6 +229,75 @@ fn record_impl<B: Backend, R: Rule<B>>(
         budgeted.cost_ns = Some(work.ns(elements, bytes::<B>(&output) as u64));
     }
     finish_node(rule, placement, edges, reads, output_mark, output, budgeted)
+}
+
+/// Decides what an op with a tracked input keeps ([`decide`]) and, under a budget, reserves
+/// room for the constants its edges will hold, before they are held (NOTE \[budget\]).
+///
+/// `inputs[i]` is input `i`'s tensor, `None` for a custom op's parent (its value is not read).
+/// `output_bytes` sizes the output when Balanced weighs bytes (NOTE \[thrifty-balanced\] in
+/// `checkpoint/decide.rs`); `None` where it may not (custom ops, whose replay inputs are the
+/// user's retro-forward's). With `follows_plan`, the op takes the word of the plan its budget
+/// follows (custom ops do not): the [`budget::Upcoming`] returned, and a free side op retains
+/// nothing.
+fn decide_and_reserve<B: Backend, R: Rule<B>>(
+    rule: &R,
+    info: OpInfo,
+    balanced: bool,
+    reads: &Reads,
+    inputs: &[Option<&AutodiffTensor<B>>],
+    output_bytes: Option<&mut dyn FnMut() -> u64>,
+    follows_plan: bool,
+) -> (Decision, budget::Upcoming) {
+    let states: SmallVec<[InputState; 2]> = inputs
+        .iter()
+        .map(|input| input.map_or(InputState::GradientOnly, state_of))
+        .collect();
+    let weigh_bytes = output_bytes.is_some();
+    let mut decision = decide(
+        &OpFacts {
+            info,
+            replayable: rule.replayable(),
+            balanced,
+            reads,
+            replay_reads: &|i| rule.replay_input(i),
+            inputs: &states,
+            stored: &|i| {
+                inputs[i]
+                    .and_then(|t| t.node.as_ref())
+                    .is_some_and(|n| n.is_stored())
+            },
+            weigh_bytes,
+        },
+        output_bytes.unwrap_or(&mut never_weighed),
+    );
+
+    // NOTE [in-place-forward] in `checkpoint/budget/session.rs`: following a plan, only the
+    // inputs it keeps here are held while the op runs.
+    let upcoming = if follows_plan && decision.placement.budget != 0 {
+        budget::upcoming(decision.placement.budget, info.name)
+    } else {
+        budget::Upcoming::default()
+    };
+    if upcoming.free_side && *reads == Reads::NOTHING {
+        // NOTE [side-ops] in `checkpoint/budget/mod.rs`: no backward step reaches this op
+        // and its own reads nothing: nothing is retained for it, as under SaveAll, and no
+        // plan keeps its value (an op that reads it after all keeps it).
+        decision.placement.recompute = false;
+        decision.placement.planned = false;
+        decision.inputs.iter_mut().for_each(|mark| *mark = None);
+    }
+    if decision.placement.budget != 0 {
+        // NOTE [budget]: room for the constants the edges will hold, before they are held.
+        let constants = inputs
+            .iter()
+            .zip(&decision.inputs)
+            .filter_map(|(input, mark)| input.filter(|t| t.node.is_none() && mark.is_some()))
+            .map(|t| bytes::<B>(&t.primitive) as u64)
+            .sum();
+        budget::reserve(decision.placement.budget, constants);
+    }
+    (decision, upcoming)
 }
 
 /// What the budget's session needs from the recording of one op (NOTE \[budget\] in
@@ -418,6 +452,16 @@ pub(crate) enum CustomInput<B: BackendTypes> {
     Replay(AutodiffTensor<B>),
 }
 
+impl<B: BackendTypes> CustomInput<B> {
+    /// The tensor whose value the op or its replay reads (`None` for a parent).
+    fn tensor(&self) -> Option<&AutodiffTensor<B>> {
+        match self {
+            CustomInput::Parent(_) => None,
+            CustomInput::Read(t) | CustomInput::Replay(t) => Some(t),
+        }
+    }
+}
+
 /// Records a custom op whose output the caller computed. A rule that is not replayable (no
 /// retro-forward) keeps its output when a later op reads it; one with a retro-forward is
 /// placed by the policy like any op, its `Replay` inputs kept for the replay.
@@ -436,47 +480,25 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
     }
     let info = rule.info();
     let reads = rule.reads(tracked);
-    let states: Vec<InputState> = inputs
-        .iter()
-        .map(|input| match input {
-            CustomInput::Parent(_) => InputState::GradientOnly,
-            CustomInput::Read(t) | CustomInput::Replay(t) => state_of(t),
-        })
-        .collect();
-    let Decision {
-        placement,
-        output: output_mark,
-        inputs: marks,
-    } = decide(
-        &OpFacts {
-            info,
-            replayable: rule.replayable(),
-            balanced,
-            reads: &reads,
-            replay_reads: &|i| rule.replay_input(i),
-            inputs: &states,
-            stored: &|_| false,
-            weigh_bytes: false,
+    let (
+        Decision {
+            placement,
+            output: output_mark,
+            inputs: marks,
         },
-        &mut never_weighed,
-    );
-    if placement.budget != 0 {
-        // NOTE [budget]: room for the constants the edges will hold, before they are held.
-        let constants = inputs
+        _,
+    ) = decide_and_reserve(
+        &rule,
+        info,
+        balanced,
+        &reads,
+        &inputs
             .iter()
-            .zip(&marks)
-            .filter_map(|(input, mark)| match input {
-                CustomInput::Read(t) | CustomInput::Replay(t)
-                    if t.node.is_none() && mark.is_some() =>
-                {
-                    Some(t)
-                }
-                _ => None,
-            })
-            .map(|t| bytes::<B>(&t.primitive) as u64)
-            .sum();
-        budget::reserve(placement.budget, constants);
-    }
+            .map(CustomInput::tensor)
+            .collect::<SmallVec<[_; 2]>>(),
+        None,
+        false,
+    );
     let mut budgeted = Budgeted::default();
     let edges = inputs
         .into_iter()

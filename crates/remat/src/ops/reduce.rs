@@ -508,80 +508,103 @@ pub(crate) fn topk_with_indices<B: Backend>(
     (select(balanced, Select::Topk, tensor, dim, picked), indices)
 }
 
-/// Largest element (shape `[1]`).
-pub(crate) fn max<B: Backend>(balanced: bool, tensor: AutodiffTensor<B>) -> AutodiffTensor<B> {
-    if !tensor.is_tracked() {
-        return AutodiffTensor::new(B::float_max(tensor.primitive));
-    }
-    let idt = int_dtype::<B>(&tensor.primitive);
-    let picked = B::float_max_dim_with_indices(flat(&tensor), 0, idt);
-    select(balanced, Select::Max, tensor, 0, picked)
+/// Which extreme a max/min selection picks: the inner backend's calls that find it, and the
+/// selections it records.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Extreme {
+    /// The largest.
+    Max,
+    /// The smallest.
+    Min,
 }
 
-/// Largest value along `dim`, kept with size 1.
-pub(crate) fn max_dim<B: Backend>(
+impl Extreme {
+    /// The selection over all elements ("max", "min").
+    fn global(self) -> Select {
+        match self {
+            Extreme::Max => Select::Max,
+            Extreme::Min => Select::Min,
+        }
+    }
+
+    /// The selection along one dim ("max_dim", "min_dim").
+    fn along(self) -> Select {
+        match self {
+            Extreme::Max => Select::MaxDim,
+            Extreme::Min => Select::MinDim,
+        }
+    }
+
+    /// The extreme element on the inner backend (for untracked tensors).
+    fn of_all<B: Backend>(self, x: FloatTensor<B>) -> FloatTensor<B> {
+        match self {
+            Extreme::Max => B::float_max(x),
+            Extreme::Min => B::float_min(x),
+        }
+    }
+
+    /// The extreme along `dim` on the inner backend (for untracked tensors).
+    fn of_dim<B: Backend>(self, x: FloatTensor<B>, dim: usize) -> FloatTensor<B> {
+        match self {
+            Extreme::Max => B::float_max_dim(x, dim),
+            Extreme::Min => B::float_min_dim(x, dim),
+        }
+    }
+
+    /// The extreme along `dim` and its index, on the inner backend.
+    fn with_indices<B: Backend>(
+        self,
+        x: FloatTensor<B>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<B>, IntTensor<B>) {
+        match self {
+            Extreme::Max => B::float_max_dim_with_indices(x, dim, indices_dtype),
+            Extreme::Min => B::float_min_dim_with_indices(x, dim, indices_dtype),
+        }
+    }
+}
+
+/// The extreme element `which` (shape `[1]`).
+pub(crate) fn extreme<B: Backend>(
     balanced: bool,
+    which: Extreme,
+    tensor: AutodiffTensor<B>,
+) -> AutodiffTensor<B> {
+    if !tensor.is_tracked() {
+        return AutodiffTensor::new(which.of_all::<B>(tensor.primitive));
+    }
+    let idt = int_dtype::<B>(&tensor.primitive);
+    let picked = which.with_indices::<B>(flat(&tensor), 0, idt);
+    select(balanced, which.global(), tensor, 0, picked)
+}
+
+/// The extreme value `which` along `dim`, kept with size 1.
+pub(crate) fn extreme_dim<B: Backend>(
+    balanced: bool,
+    which: Extreme,
     tensor: AutodiffTensor<B>,
     dim: usize,
 ) -> AutodiffTensor<B> {
     if !tensor.is_tracked() {
-        return AutodiffTensor::new(B::float_max_dim(tensor.primitive, dim));
+        return AutodiffTensor::new(which.of_dim::<B>(tensor.primitive, dim));
     }
     let idt = int_dtype::<B>(&tensor.primitive);
-    max_dim_with_indices(balanced, tensor, dim, idt).0
+    extreme_dim_with_indices(balanced, which, tensor, dim, idt).0
 }
 
-/// Largest value along `dim` and its index, kept with size 1.
-pub(crate) fn max_dim_with_indices<B: Backend>(
+/// The extreme value `which` along `dim` and its index, kept with size 1.
+pub(crate) fn extreme_dim_with_indices<B: Backend>(
     balanced: bool,
+    which: Extreme,
     tensor: AutodiffTensor<B>,
     dim: usize,
     indices_dtype: IntDType,
 ) -> (AutodiffTensor<B>, IntTensor<B>) {
-    let (values, indices) =
-        B::float_max_dim_with_indices(tensor.primitive.clone(), dim, indices_dtype);
+    let (values, indices) = which.with_indices::<B>(tensor.primitive.clone(), dim, indices_dtype);
     let picked = (values, indices.clone());
     (
-        select(balanced, Select::MaxDim, tensor, dim, picked),
-        indices,
-    )
-}
-
-/// Smallest element (shape `[1]`).
-pub(crate) fn min<B: Backend>(balanced: bool, tensor: AutodiffTensor<B>) -> AutodiffTensor<B> {
-    if !tensor.is_tracked() {
-        return AutodiffTensor::new(B::float_min(tensor.primitive));
-    }
-    let idt = int_dtype::<B>(&tensor.primitive);
-    let picked = B::float_min_dim_with_indices(flat(&tensor), 0, idt);
-    select(balanced, Select::Min, tensor, 0, picked)
-}
-
-/// Smallest value along `dim`, kept with size 1.
-pub(crate) fn min_dim<B: Backend>(
-    balanced: bool,
-    tensor: AutodiffTensor<B>,
-    dim: usize,
-) -> AutodiffTensor<B> {
-    if !tensor.is_tracked() {
-        return AutodiffTensor::new(B::float_min_dim(tensor.primitive, dim));
-    }
-    let idt = int_dtype::<B>(&tensor.primitive);
-    min_dim_with_indices(balanced, tensor, dim, idt).0
-}
-
-/// Smallest value along `dim` and its index, kept with size 1.
-pub(crate) fn min_dim_with_indices<B: Backend>(
-    balanced: bool,
-    tensor: AutodiffTensor<B>,
-    dim: usize,
-    indices_dtype: IntDType,
-) -> (AutodiffTensor<B>, IntTensor<B>) {
-    let (values, indices) =
-        B::float_min_dim_with_indices(tensor.primitive.clone(), dim, indices_dtype);
-    let picked = (values, indices.clone());
-    (
-        select(balanced, Select::MinDim, tensor, dim, picked),
+        select(balanced, which.along(), tensor, dim, picked),
         indices,
     )
 }

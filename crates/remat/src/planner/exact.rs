@@ -254,20 +254,51 @@ impl Problem {
     }
 }
 
-#[derive(PartialEq)]
-struct Entry(f64, usize, Mask);
+/// A state waiting in a search's queue, shared with the search of larger views
+/// (`search.rs`): its estimate of a whole schedule's cost through it, its cost so far. The
+/// dense solver here is Dijkstra's (no estimate of what is left: `estimate` is `cost`).
+pub(super) struct Entry<T> {
+    /// The cost so far plus the least that is left (an admissible estimate).
+    pub(super) estimate: f64,
+    /// The cost so far.
+    pub(super) cost: f64,
+    /// The state, as the search names it.
+    pub(super) state: T,
+}
 
-impl Eq for Entry {}
+impl<T> Entry<T> {
+    /// An entry of the dense solver's search, which estimates nothing of what is left.
+    fn dijkstra(cost: f64, state: T) -> Self {
+        Entry {
+            estimate: cost,
+            cost,
+            state,
+        }
+    }
+}
 
-impl PartialOrd for Entry {
+impl<T> PartialEq for Entry<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl<T> Eq for Entry<T> {}
+
+impl<T> PartialOrd for Entry<T> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Entry {
+impl<T> Ord for Entry<T> {
+    /// The least estimate first (`BinaryHeap` pops the greatest); among equal ones, the
+    /// furthest along (the most spent).
     fn cmp(&self, other: &Self) -> Ordering {
-        other.0.total_cmp(&self.0)
+        other
+            .estimate
+            .total_cmp(&self.estimate)
+            .then(self.cost.total_cmp(&other.cost))
     }
 }
 
@@ -280,9 +311,14 @@ pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
     let mut heap = BinaryHeap::new();
     problem.starts(budget, |set| {
         dist[problem.index(0, set)] = 0.0;
-        heap.push(Entry(0.0, 0, set));
+        heap.push(Entry::dijkstra(0.0, (0, set)));
     });
-    while let Some(Entry(d, p, set)) = heap.pop() {
+    while let Some(Entry {
+        cost: d,
+        state: (p, set),
+        ..
+    }) = heap.pop()
+    {
         if d > dist[problem.index(p, set)] {
             continue;
         }
@@ -293,7 +329,7 @@ pub(crate) fn optimum(view: &GraphView, budget: u64) -> Option<f64> {
             let k = problem.index(q, next);
             if d + c < dist[k] {
                 dist[k] = d + c;
-                heap.push(Entry(d + c, q, next));
+                heap.push(Entry::dijkstra(d + c, (q, next)));
             }
         });
     }
@@ -348,10 +384,15 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     let mut heap = BinaryHeap::new();
     problem.starts(budget, |set| {
         dist[problem.index(0, set)] = 0.0;
-        heap.push(Entry(0.0, 0, set));
+        heap.push(Entry::dijkstra(0.0, (0, set)));
     });
     let mut end = None;
-    while let Some(Entry(d, p, set)) = heap.pop() {
+    while let Some(Entry {
+        cost: d,
+        state: (p, set),
+        ..
+    }) = heap.pop()
+    {
         let here = problem.index(p, set);
         if d > dist[here] {
             continue;
@@ -365,7 +406,7 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
             if d + c < dist[k] {
                 dist[k] = d + c;
                 from[k] = Some((here as u32, how));
-                heap.push(Entry(d + c, q, next));
+                heap.push(Entry::dijkstra(d + c, (q, next)));
             }
         });
     }

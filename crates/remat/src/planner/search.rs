@@ -44,11 +44,10 @@
 //! stops with a bound. Views of more than 128 nodes are not searched (one bit per node,
 //! `mask.rs`).
 
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::collections::HashMap;
 
-use super::exact::{MAX_NODES, Move, Problem};
+use super::exact::{Entry, MAX_NODES, Move, Problem};
 use super::mask::Mask;
 use super::{GraphView, Schedule};
 
@@ -92,37 +91,6 @@ struct State {
     from: u32,
     how: Option<Move>,
     done: bool,
-}
-
-/// A state waiting in the queue: its estimate of a whole schedule's cost, its cost so far.
-struct Entry {
-    estimate: f64,
-    cost: f64,
-    id: u32,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Entry {}
-
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Entry {
-    /// The least estimate first; among equal ones, the furthest along (the most spent).
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .estimate
-            .total_cmp(&self.estimate)
-            .then(self.cost.total_cmp(&other.cost))
-    }
 }
 
 impl Problem {
@@ -310,12 +278,17 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
         queue.push(Entry {
             estimate: start,
             cost: 0.0,
-            id: 0,
+            state: 0,
         });
     }
     let end = 2 * n as u32;
     let mut successors: Vec<(usize, Mask, f64, Option<Move>)> = Vec::new();
-    while let Some(Entry { estimate, cost, id }) = queue.pop() {
+    while let Some(Entry {
+        estimate,
+        cost,
+        state: id,
+    }) = queue.pop()
+    {
         let state = &mut states[id as usize];
         if state.done || cost > state.cost {
             continue;
@@ -374,7 +347,7 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
                         let waiting = queue
                             .iter()
                             .filter(|e| {
-                                let s = &states[e.id as usize];
+                                let s = &states[e.state as usize];
                                 !s.done && e.cost == s.cost
                             })
                             .map(|e| e.estimate);
@@ -399,7 +372,7 @@ pub(crate) fn search(view: &GraphView, budget: u64, max_states: usize, below: f6
             queue.push(Entry {
                 estimate: reached + rest,
                 cost: reached,
-                id: id_next,
+                state: id_next,
             });
         }
     }
