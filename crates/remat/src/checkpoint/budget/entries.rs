@@ -119,63 +119,63 @@ impl Entries {
         followed.len += 1;
     }
 
-    /// The entry at `at`.
-    pub(super) fn get(&self, at: usize) -> Cow<'_, planner::Node> {
-        let Some(followed) = &self.followed else {
-            return Cow::Borrowed(&self.listed[at]);
-        };
-        let sides = &followed.sides;
-        match view_node(sides, at as u32) {
-            Err(k) => Cow::Borrowed(&followed.side_nodes[k]),
-            Ok(v) => {
-                let mut node = followed.view.node(v).clone();
-                let renumber = |list: &mut Vec<u32>| {
-                    for u in list.iter_mut() {
-                        *u = position(sides, *u);
-                    }
-                };
-                renumber(&mut node.inputs);
-                renumber(&mut node.step_reads);
-                if let Ok(k) = followed.fixed.binary_search_by_key(&(at as u32), |f| f.0) {
-                    node.fixed_bytes = followed.fixed[k].1;
-                }
-                Cow::Owned(node)
-            }
-        }
-    }
-
-    /// The forward cost of the entry at `at`.
-    pub(super) fn cost(&self, at: usize) -> f64 {
+    /// The node stored for the entry at `at`, with the side ops its node lists are to be
+    /// renumbered past (`None`: they are session positions already).
+    fn stored(&self, at: usize) -> (&planner::Node, Option<&[Side]>) {
         match &self.followed {
-            None => self.listed[at].cost,
-            Some(followed) => match view_node(&followed.sides, at as u32) {
-                Err(k) => followed.side_nodes[k].cost,
-                Ok(v) => followed.view.node(v).cost,
-            },
-        }
-    }
-
-    /// The output bytes of the entry at `at`.
-    pub(super) fn bytes(&self, at: usize) -> u64 {
-        match &self.followed {
-            None => self.listed[at].bytes,
-            Some(followed) => match view_node(&followed.sides, at as u32) {
-                Err(k) => followed.side_nodes[k].bytes,
-                Ok(v) => followed.view.node(v).bytes,
-            },
-        }
-    }
-
-    /// Calls `read` with each entry the entry at `at` reads, in a replay (its inputs) or in
-    /// its backward step (its step reads), without making the entry.
-    pub(super) fn reads(&self, at: usize, mut read: impl FnMut(u32)) {
-        let (node, sides) = match &self.followed {
             None => (&self.listed[at], None),
             Some(followed) => match view_node(&followed.sides, at as u32) {
                 Err(k) => (&followed.side_nodes[k], None),
                 Ok(v) => (followed.view.node(v), Some(&followed.sides)),
             },
+        }
+    }
+
+    /// The entry at `at`.
+    pub(super) fn get(&self, at: usize) -> Cow<'_, planner::Node> {
+        let (node, sides) = self.stored(at);
+        let Some(sides) = sides else {
+            return Cow::Borrowed(node);
         };
+        let mut node = node.clone();
+        for u in node.inputs.iter_mut().chain(node.step_reads.iter_mut()) {
+            *u = position(sides, *u);
+        }
+        node.fixed_bytes = self.fixed_bytes(at);
+        Cow::Owned(node)
+    }
+
+    /// The forward cost of the entry at `at`.
+    pub(super) fn cost(&self, at: usize) -> f64 {
+        self.stored(at).0.cost
+    }
+
+    /// The output bytes of the entry at `at`.
+    pub(super) fn bytes(&self, at: usize) -> u64 {
+        self.stored(at).0.bytes
+    }
+
+    /// Whether the entry at `at` can be replayed.
+    pub(super) fn replayable(&self, at: usize) -> bool {
+        self.stored(at).0.replayable
+    }
+
+    /// The bytes of constants the entry at `at` was recorded with.
+    pub(super) fn fixed_bytes(&self, at: usize) -> u64 {
+        let recorded = self.followed.as_ref().and_then(|followed| {
+            let k = followed
+                .fixed
+                .binary_search_by_key(&(at as u32), |f| f.0)
+                .ok()?;
+            Some(followed.fixed[k].1)
+        });
+        recorded.unwrap_or_else(|| self.stored(at).0.fixed_bytes)
+    }
+
+    /// Calls `read` with each entry the entry at `at` reads, in a replay (its inputs) or in
+    /// its backward step (its step reads), without making the entry.
+    pub(super) fn reads(&self, at: usize, mut read: impl FnMut(u32)) {
+        let (node, sides) = self.stored(at);
         for &u in node.inputs.iter().chain(&node.step_reads) {
             read(sides.map_or(u, |sides| position(sides, u)));
         }
@@ -252,6 +252,8 @@ mod tests {
             assert_eq!(*entries.get(at), *node, "entry {at}");
             assert_eq!(entries.cost(at), node.cost);
             assert_eq!(entries.bytes(at), node.bytes);
+            assert_eq!(entries.fixed_bytes(at), node.fixed_bytes);
+            assert_eq!(entries.replayable(at), node.replayable);
             let mut reads = Vec::new();
             entries.reads(at, |u| reads.push(u));
             let expected: Vec<u32> = node

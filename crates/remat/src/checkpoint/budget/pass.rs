@@ -15,6 +15,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use smallvec::SmallVec;
+
 use super::entries::Entries;
 use super::report::too_small;
 use super::session::SESSION;
@@ -426,7 +428,7 @@ pub(crate) fn plan_pass(
             f.plan.signature == signature && f.plan.budget_bytes == full_budget && outside == 0
         })
         .and_then(|f| {
-            let start = f.index.backward(0)?.start;
+            let start = f.plan.index.backward(0)?.start;
             let mut expected: Vec<u32> = Vec::new();
             for action in &f.plan.schedule.actions()[..start] {
                 match *action {
@@ -444,7 +446,7 @@ pub(crate) fn plan_pass(
         .map(|f| {
             backward_chunks(
                 f.plan.schedule.clone(),
-                &f.index,
+                &f.plan.index,
                 &entries,
                 order.len(),
                 false,
@@ -637,8 +639,8 @@ pub(crate) struct PassActions {
 
 impl PassActions {
     /// The actions to carry out before finishing the node at position `pos` of the order,
-    /// on positions of the order.
-    pub(crate) fn at(&self, pos: usize) -> Vec<Action> {
+    /// on positions of the order (inline for most nodes: no allocation per node).
+    pub(crate) fn at(&self, pos: usize) -> SmallVec<[Action; 8]> {
         let r = &self.chunks.ranges[pos];
         self.chunks.actions.actions()[r.start as usize..r.end as usize]
             .iter()
@@ -732,13 +734,15 @@ fn outside_bytes(in_pass: &HashMap<NodeId, u32, IdBuildHasher>, evict: bool) -> 
             .filter(|(_, (_, id))| !in_pass.contains_key(*id))
             .filter_map(|(at, (handle, _))| {
                 let node = handle.upgrade()?;
-                let entry = session.nodes.get(at);
-                (!node.is_consumed()).then_some((
-                    node,
-                    entry.bytes,
-                    entry.fixed_bytes,
-                    entry.replayable,
-                ))
+                let entries = &session.nodes;
+                (!node.is_consumed()).then(|| {
+                    (
+                        node,
+                        entries.bytes(at),
+                        entries.fixed_bytes(at),
+                        entries.replayable(at),
+                    )
+                })
             })
             .collect()
     });

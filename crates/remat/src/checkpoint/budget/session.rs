@@ -26,7 +26,7 @@ use smallvec::SmallVec;
 use super::entries::{Entries, position, view_node};
 use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, sides_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
-use crate::planner::{self, Action, CachedPlan, Dtr, ScheduleIndex, recorded_as};
+use crate::planner::{self, Action, CachedPlan, Dtr, recorded_as};
 use crate::stats::KeepReason;
 
 thread_local! {
@@ -37,17 +37,16 @@ thread_local! {
 /// A cached plan the thread's current step follows while its ops match the plan's view and
 /// the view's side ops (NOTE \[side-ops\] in `mod.rs`).
 pub(super) struct Follow {
+    /// The plan, with its schedule's index.
     pub(super) plan: CachedPlan,
-    pub(super) index: Arc<ScheduleIndex>,
     /// The ops of the step the view does not hold, by position.
     pub(super) sides: Arc<[Side]>,
 }
 
 impl Follow {
     fn new(plan: CachedPlan) -> Self {
-        let index = plan.index.clone();
         let sides = sides_of(plan.signature);
-        Self { plan, index, sides }
+        Self { plan, sides }
     }
 
     /// The view's node at session position `at`, or `Err(k)` when side op `k` is expected
@@ -93,7 +92,7 @@ impl Follow {
                 if v as usize >= self.plan.view.len() || !self.matches(entry, v) {
                     return None;
                 }
-                let range = self.index.forward(v as usize)?;
+                let range = self.plan.index.forward(v as usize)?;
                 Some(
                     self.plan.schedule.actions()[range]
                         .iter()
@@ -407,7 +406,7 @@ pub(crate) fn upcoming(budget_id: u32, name: &'static str) -> Upcoming {
                 free_side: follow.sides[k].free && follow.sides[k].name == name,
             },
             Ok(v) => Upcoming {
-                keeps: follow.index.forward(v as usize).map(|range| {
+                keeps: follow.plan.index.forward(v as usize).map(|range| {
                     follow.plan.schedule.actions()[range]
                         .iter()
                         .filter_map(|action| match *action {
@@ -586,7 +585,7 @@ pub(crate) fn on_record<B: Backend>(
                 }
                 // The op's output, when it cannot be rebuilt, is kept as the planner would.
                 let newest = session.nodes.len() as u32 - 1;
-                let keep_new = !session.nodes.get(newest as usize).replayable;
+                let keep_new = !session.nodes.replayable(newest as usize);
                 let fits = session.handles.len() < before;
                 if !fits {
                     session.raise(need_of(&error));
