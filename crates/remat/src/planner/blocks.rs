@@ -101,14 +101,29 @@ pub(crate) fn cuts(view: &GraphView) -> Option<Vec<u32>> {
 /// The nodes `start..=end` of `view` as a view of their own: node `start + i` is node `i`,
 /// and reads of earlier nodes (the stage's input) are dropped (a leaf). `order` is the
 /// view's step order restricted to the stage, in the stage's indices.
+///
+/// A node whose constants a later stage's step releases (`Node::fixed_until`) holds them
+/// until the stage's last step here.
 pub(crate) fn sub_view(view: &GraphView, start: u32, end: u32, order: Vec<u32>) -> GraphView {
     let local = |v: &u32| (*v >= start).then(|| v - start);
+    let last_step = order.last().copied();
     let nodes = view.nodes()[start as usize..=end as usize]
         .iter()
-        .map(|node| {
+        .enumerate()
+        .map(|(i, node)| {
             let mut node = node.clone();
             node.inputs = node.inputs.iter().filter_map(local).collect();
             node.step_reads = node.step_reads.iter().filter_map(local).collect();
+            node.fixed_until = node.fixed_until.map(|u| {
+                if u <= end {
+                    u - start
+                } else {
+                    last_step.expect("remat internal error: a stage has steps")
+                }
+            });
+            if node.fixed_until == Some(i as u32) {
+                node.fixed_until = None;
+            }
             node
         })
         .collect();

@@ -65,6 +65,10 @@ impl SignatureHasher {
         self.list(&node.step_reads);
         self.word(node.replayable as u64);
         self.word(node.fixed_bytes);
+        if let Some(until) = node.fixed_until {
+            // Only where set, so that views without shared constants hash as before.
+            self.word(u64::MAX - until as u64);
+        }
         self.word(match node.forced {
             None => 0,
             Some(Forced::Keep) => 1,
@@ -102,6 +106,7 @@ pub fn same_structure(a: &Node, b: &Node) -> bool {
         && a.step_reads == b.step_reads
         && a.replayable == b.replayable
         && a.fixed_bytes == b.fixed_bytes
+        && a.fixed_until == b.fixed_until
         && a.forced == b.forced
 }
 

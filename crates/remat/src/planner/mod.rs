@@ -10,7 +10,8 @@
 //! a replay reads (earlier nodes; leaves and untracked constants are not nodes and are always
 //! available), whether it is `replayable`, the `step_reads` of its backward step (its inputs,
 //! other earlier values it saved, and/or itself), `fixed_bytes` of constants held on its
-//! edges, and an optional [`Forced`] decision. Backward runs the steps in the view's
+//! edges (released at its step, or at the later step of `fixed_until` where another op
+//! holds one of them longer), and an optional [`Forced`] decision. Backward runs the steps in the view's
 //! `step_order` (consumers first; reverse index order by default).
 //!
 //! **Schedule.** One sequence of [`Action`]s over the whole step: `Compute(i)` for every node
@@ -19,8 +20,8 @@
 //! `Step(i)` in step order (needs every step read held).
 //!
 //! **Held bytes** (what the budget bounds): the bytes of the values remat holds (kept in
-//! the forward pass, or rebuilt) plus the `fixed_bytes` of every node recorded and not yet
-//! stepped. The user's own tensors in the forward pass are not remat's memory: a forward op's
+//! the forward pass, or rebuilt) plus the `fixed_bytes` of every node recorded whose constants
+//! were not released yet. The user's own tensors in the forward pass are not remat's memory: a forward op's
 //! output counts only once it is kept. The one exception to the budget is the op running: a
 //! replay's inputs that it is the last to read (the `Free`s right after it) leave before its
 //! output arrives, as the engine hands a value over at its last read.

@@ -22,7 +22,8 @@ pub enum Action {
     /// read): the value leaves before the op's output arrives.
     Free(u32),
     /// Node `i`'s backward step runs (in the view's step order); every value it reads must be
-    /// held. Its constants are released.
+    /// held. It releases its constants (unless a later step holds them: `Node::fixed_until`)
+    /// and those whose `fixed_until` it is.
     Step(u32),
 }
 

@@ -1,7 +1,8 @@
 //! The one simulator: checks that a schedule is valid for a view and measures it.
 //!
 //! Cost model: held bytes are the bytes of the values remat holds (kept in the forward pass,
-//! or rebuilt) plus the constants of every node recorded and not yet stepped. A replay costs
+//! or rebuilt) plus the constants of every node recorded and not yet released (at its step,
+//! or at its `fixed_until`'s). A replay costs
 //! its node's `cost`; forward ops and steps cost nothing extra. The engine's runtime counters
 //! (`stats`) are meant to match this trace event for event.
 //!
@@ -78,11 +79,15 @@ struct Sim<'v> {
     backward: bool,
     /// The last forward op, while no other op ran after it: `Keep` is valid for its values.
     moment: Option<u32>,
+    /// The last step, while only `Free`s ran after it: they may drop its own value.
+    just_stepped: Option<u32>,
     step_pos: usize,
     held: Vec<bool>,
     stepped: Vec<bool>,
     /// Steps still to run that read each value.
     reads_left: Vec<u32>,
+    /// Per node, the constants its step releases.
+    released: Vec<u64>,
     held_bytes: u64,
     /// Whether `out.trace` is filled.
     traced: bool,
@@ -102,10 +107,12 @@ impl<'v> Sim<'v> {
             computed: 0,
             backward: false,
             moment: None,
+            just_stepped: None,
             step_pos: 0,
             held: vec![false; n],
             stepped: vec![false; n],
             reads_left,
+            released: view.released_by_steps(),
             held_bytes: 0,
             traced,
             out: Outcome {
@@ -130,6 +137,9 @@ impl<'v> Sim<'v> {
                 action,
                 reason,
             };
+            if !matches!(action, Action::Free(_)) {
+                self.just_stepped = None;
+            }
             if action.node() as usize >= self.view.len() {
                 return Err(invalid("no such node".into()));
             }
@@ -215,13 +225,24 @@ impl<'v> Sim<'v> {
                     self.moment = None;
                     self.step_pos += 1;
                     self.stepped[s as usize] = true;
+                    self.just_stepped = Some(s);
                     for_each_distinct(&node.step_reads, |r| self.reads_left[r as usize] -= 1);
-                    if node.fixed_bytes > 0 {
-                        self.held_bytes -= node.fixed_bytes;
+                    let released = self.released[s as usize];
+                    if released > 0 {
+                        self.held_bytes -= released;
                         self.event(index)?;
                     }
                 }
-                Action::Free(v) => self.free(v, index).map_err(invalid)?,
+                Action::Free(v) => {
+                    if self.stepped.get(v as usize) == Some(&true) && self.just_stepped != Some(v) {
+                        return Err(invalid(
+                            "the node's step already ran (its op is gone): a value is dropped \
+                             at the latest in the Frees right after its own step"
+                                .into(),
+                        ));
+                    }
+                    self.free(v, index).map_err(invalid)?
+                }
             }
         }
         if self.computed != self.view.len() || self.step_pos != self.view.len() {

@@ -181,10 +181,13 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
         match *r {
             Some(u) => {
                 let mut node = nodes[u as usize].clone();
-                if moved[u as usize] {
+                // Constants a moved step releases are charged for the whole pass too.
+                if moved[u as usize] || moved[node.releaser(u) as usize] {
                     moved_fixed += node.fixed_bytes;
                     node.fixed_bytes = 0;
+                    node.fixed_until = None;
                 }
+                node.fixed_until = node.fixed_until.map(|r| index[r as usize]);
                 let map = |v: &u32| {
                     let t = tuple_of[*v as usize];
                     if t != u32::MAX && (t as usize) < a {
@@ -235,6 +238,21 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
             }
         }
         aug_order.push(index[s as usize]);
+    }
+    // A releaser the block order runs before its node holds the constants for the pass.
+    let mut aug_position = vec![0u32; aug.len()];
+    for (p, &a) in aug_order.iter().enumerate() {
+        aug_position[a as usize] = p as u32;
+    }
+    for (a, node) in aug.iter_mut().enumerate() {
+        if node
+            .fixed_until
+            .is_some_and(|r| aug_position[r as usize] <= aug_position[a])
+        {
+            moved_fixed += node.fixed_bytes;
+            node.fixed_bytes = 0;
+            node.fixed_until = None;
+        }
     }
     let augmented = GraphView::with_step_order(aug, aug_order).ok()?;
     rotor::stages_of(&augmented)?;
@@ -297,6 +315,9 @@ impl Tupled {
         let mut keep_after: Vec<(usize, Action)> = Vec::new();
         let mut one = [0u32];
         let mut next_step = 0usize; // the next position of the real step order
+        // A value whose step ran is needed by nothing: dropped right after its step (where
+        // the engine's op for it is gone), however long the plan holds it or its tuple.
+        let mut gone = vec![false; real_len];
         for &action in schedule.actions() {
             let a = action.node() as usize;
             match (action, self.real[a]) {
@@ -337,11 +358,16 @@ impl Tupled {
                 (Action::Replay(_), None) => {
                     forward = false;
                     for &m in &self.members[a] {
-                        holds[m as usize] += 1;
+                        if !gone[m as usize] {
+                            holds[m as usize] += 1;
+                        }
                     }
                 }
                 (Action::Free(_), _) => {
                     for &u in self.values(a, &mut one) {
+                        if gone[u as usize] {
+                            continue;
+                        }
                         holds[u as usize] = holds[u as usize].saturating_sub(1);
                         if holds[u as usize] == 0 {
                             freed_at[u as usize] = forward.then_some(out.len());
@@ -359,20 +385,30 @@ impl Tupled {
                             break;
                         }
                         if self.moved[s as usize] {
-                            out.push(Action::Step(s));
+                            step_then_drop(&mut out, &mut holds, &mut gone, s);
                         }
                     }
-                    out.push(Action::Step(u));
+                    step_then_drop(&mut out, &mut holds, &mut gone, u);
                 }
                 (Action::Step(_), None) => forward = false,
             }
         }
         for &s in &self.real_order[next_step.min(self.real_order.len())..] {
             if self.moved[s as usize] {
-                out.push(Action::Step(s));
+                step_then_drop(&mut out, &mut holds, &mut gone, s);
             }
         }
         cancelled.sort_unstable();
         Schedule::new(with_inserted(&out, keep_after, &cancelled))
+    }
+}
+
+/// Step `s`, then its value dropped where the plan still holds it: after its step a value is
+/// needed by nothing, and the engine's op for it is gone (NOTE \[tuple-cuts\]).
+fn step_then_drop(out: &mut Vec<Action>, holds: &mut [u32], gone: &mut [bool], s: u32) {
+    out.push(Action::Step(s));
+    gone[s as usize] = true;
+    if std::mem::take(&mut holds[s as usize]) > 0 {
+        out.push(Action::Free(s));
     }
 }

@@ -47,8 +47,12 @@ pub struct Node {
     /// its inputs, other earlier nodes it saved (custom ops), and/or itself.
     pub step_reads: Vec<u32>,
     /// Bytes of constants held on this node's edges, counted from the node's recording until
-    /// its step runs, whatever the schedule.
+    /// its step runs (or `fixed_until`'s), whatever the schedule.
     pub fixed_bytes: u64,
+    /// The later node whose step releases this node's constants, when another op holds one
+    /// of them and steps after this one (NOTE \[shared-release\] in
+    /// `checkpoint/budget/pass.rs`); `None`: this node's own step.
+    pub fixed_until: Option<u32>,
     /// A decision the planner must respect; `None`: the planner decides.
     pub forced: Option<Forced>,
 }
@@ -64,6 +68,7 @@ impl Node {
             replayable: true,
             step_reads: Vec::new(),
             fixed_bytes: 0,
+            fixed_until: None,
             forced: None,
         }
     }
@@ -90,6 +95,17 @@ impl Node {
     pub fn fixed_bytes(mut self, bytes: u64) -> Self {
         self.fixed_bytes = bytes;
         self
+    }
+
+    /// Sets the node whose step releases this node's constants.
+    pub fn fixed_until(mut self, node: u32) -> Self {
+        self.fixed_until = Some(node);
+        self
+    }
+
+    /// The node whose step releases node `i`'s constants.
+    pub(crate) fn releaser(&self, i: u32) -> u32 {
+        self.fixed_until.unwrap_or(i)
     }
 
     /// Sets a forced decision.
@@ -203,6 +219,14 @@ impl GraphView {
                     format!("it reads node {u} but steps after it (consumers step first)"),
                 ));
             }
+            if let Some(u) = node.fixed_until
+                && (u as usize >= n || position[u as usize] <= position[w])
+            {
+                return Err(invalid(
+                    w,
+                    format!("its constants are released by node {u}, which does not step after it"),
+                ));
+            }
         }
         Ok(())
     }
@@ -235,15 +259,26 @@ impl GraphView {
         &self.step_order
     }
 
-    /// Per step position `p` (and one past the last), the bytes of the constants of the nodes
-    /// stepping at `p` or later: the constants held while the steps before `p` have run.
+    /// Per step position `p` (and one past the last), the bytes of the constants released by
+    /// the steps at `p` or later: the constants held while the steps before `p` have run.
     pub(crate) fn constants_from(&self) -> Vec<u64> {
+        let released = self.released_by_steps();
         let n = self.step_order.len();
         let mut from = vec![0u64; n + 1];
         for p in (0..n).rev() {
-            from[p] = from[p + 1] + self.nodes[self.step_order[p] as usize].fixed_bytes;
+            from[p] = from[p + 1] + released[self.step_order[p] as usize];
         }
         from
+    }
+
+    /// Per node, the bytes of constants its step releases: its own, and those of the nodes
+    /// whose constants it holds last (`Node::fixed_until`).
+    pub(crate) fn released_by_steps(&self) -> Vec<u64> {
+        let mut released = vec![0u64; self.nodes.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            released[node.releaser(i as u32) as usize] += node.fixed_bytes;
+        }
+        released
     }
 
     /// The cost of one forward pass: the sum of the nodes' costs.
@@ -278,6 +313,9 @@ impl fmt::Display for GraphView {
             }
             if n.fixed_bytes > 0 {
                 write!(f, " fixed {} B", n.fixed_bytes)?;
+            }
+            if let Some(u) = n.fixed_until {
+                write!(f, " until {u}")?;
             }
             if let Some(forced) = n.forced {
                 write!(f, " forced {forced:?}")?;
@@ -371,6 +409,7 @@ fn parse_node(line: &str) -> Option<(usize, Node)> {
                 node.fixed_bytes = marks.next()?.parse().ok()?;
                 (marks.next()? == "B").then_some(())?;
             }
+            "until" => node.fixed_until = Some(marks.next()?.parse().ok()?),
             "forced" => {
                 node.forced = Some(match marks.next()? {
                     "Keep" => Forced::Keep,

@@ -31,7 +31,7 @@ pub(crate) fn carry_out(
 ) {
     let node = |v: u32| {
         order[v as usize].as_ref().unwrap_or_else(|| {
-            panic!("remat internal error: the budget's schedule refers to a finished node")
+            panic!("remat internal error: the budget's schedule refers to a finished node ({v})")
         })
     };
     let check = |held: u64| {

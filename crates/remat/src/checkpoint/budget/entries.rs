@@ -142,6 +142,8 @@ impl Entries {
             *u = position(sides, *u);
         }
         node.fixed_bytes = self.fixed_bytes(at);
+        // Where a constant is released is the pass's to say (NOTE [shared-release]).
+        node.fixed_until = None;
         Cow::Owned(node)
     }
 

@@ -95,21 +95,24 @@ fn side_ops(nodes: &Entries, side: &[bool], quiet: &[bool], read_outside: &[u32]
 }
 
 // NOTE [shared-release]: NOTE [shared-constants] charges a constant several ops hold to the
-// first of them to record it, and the model releases the charge at that holder's step;
-// where another holder steps later, the buffer outlived its charge (Burn's `Lstm`: each
-// step's input slice is read by the four gates, whose steps do not run in reverse
+// first of them to record it (its owner), and the model released the charge at the owner's
+// step; where another holder steps later, the buffer outlived its charge (Burn's `Lstm`:
+// each step's input slice is read by the four gates, whose steps do not run in reverse
 // recording order; under a quarter of SaveAll's bytes `stats` peaked 28 KiB over the
 // budget on 32 steps, 114 KiB on 128). The step order is known here, at `backward()`: the
-// pass's view also charges each shared constant to the holder that steps last when that
-// is not its owner (or when the owner is not in the pass), so the model holds it until
-// the last holder's step. It is counted twice between that holder's op and the owner's
-// step: safe, and on the Lstm one input slice a step. A step following a plan made from
-// such a view records its ops with the first holder's charges: the follow takes a recorded
-// op's constants as at most the view's (`planner::recorded_as`).
+// owner's constants are released by the step of the holder that steps last
+// (`planner::Node::fixed_until`), so the model holds each shared constant once, from its
+// owner's op to its last holder's step, as the buffer lives. An owner holding several
+// shared constants holds all of its constants until the last of their holders steps (more
+// than the buffers: safe). A constant whose owner is not in the pass is charged to its
+// last holder. Before, that holder was charged too, and the constant counted twice from
+// its op to the owner's step: the smallest budget of Burn's `Lstm` was twice its input
+// plus a few values (`crates/remat-models/tests/recurrent_modules.rs`,
+// `lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input`).
 
-/// Charges each shared constant of the pass also to its holder that steps last, when that
-/// is not its owner (NOTE \[shared-release\]). `nodes` are in view order (`by_id`), and
-/// `described` in step order.
+/// Releases each shared constant of the pass at the step of its holder that steps last
+/// (NOTE \[shared-release\]). `nodes` are in view order (`by_id`), and `described` in step
+/// order.
 fn charge_last_holders(nodes: &mut [planner::Node], described: &[ScheduleEntry], by_id: &[usize]) {
     // By constant: its owner's view index, and its last-stepping holder's step position,
     // view index and bytes.
@@ -126,9 +129,23 @@ fn charge_last_holders(nodes: &mut [planner::Node], described: &[ScheduleEntry],
             }
         }
     }
-    for (key, (_, holder, bytes)) in last {
-        if owner.get(&key) != Some(&holder) {
-            nodes[holder as usize].fixed_bytes += bytes;
+    // By owner: the step position and view index of the last holder of its constants.
+    let mut until: HashMap<u32, (usize, u32)> = HashMap::new();
+    for (key, (k, holder, bytes)) in last {
+        match owner.get(&key) {
+            Some(&owner) if owner == holder => {}
+            Some(&owner) => {
+                let latest = until.entry(owner).or_insert((k, holder));
+                if k > latest.0 {
+                    *latest = (k, holder);
+                }
+            }
+            None => nodes[holder as usize].fixed_bytes += bytes,
+        }
+    }
+    for (owner, (k, holder)) in until {
+        if k > by_id[owner as usize] {
+            nodes[owner as usize].fixed_until = Some(holder);
         }
     }
 }

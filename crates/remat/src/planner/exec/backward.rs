@@ -102,7 +102,7 @@ impl Exec<'_> {
         self.out.push(Action::Step(s));
         self.work.units += 1;
         self.stepped[s as usize] = true;
-        self.held_bytes -= self.node(s).fixed_bytes;
+        self.held_bytes -= self.released[s as usize];
         let mut dying = Vec::new();
         for &r in &reads {
             self.uses[r as usize] -= 1;

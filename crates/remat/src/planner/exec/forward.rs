@@ -33,6 +33,11 @@ impl Exec<'_> {
                 "it is forced to Recompute but cannot be replayed".into(),
             ));
         }
+        let releaser = node.releaser(j as u32) as usize;
+        if releaser >= self.released.len() {
+            self.released.resize(releaser + 1, 0);
+        }
+        self.released[releaser] += node.fixed_bytes;
         self.nodes.to_mut().push(node);
         self.grow(j + 1);
         let j = j as u32;

@@ -93,6 +93,9 @@ pub(crate) struct Exec<'a> {
     offered: Vec<bool>,
     dead: Vec<bool>,
     stepped: Vec<bool>,
+    /// Per node, the constants its step releases (`GraphView::released_by_steps`); may run
+    /// past the nodes appended so far online (a node whose constants a later one holds).
+    released: Vec<u64>,
     uses: Vec<u32>,
     last_access: Vec<u64>,
     evicted: Vec<bool>,
@@ -189,6 +192,7 @@ impl<'a> Exec<'a> {
         exec.need = analysis.need.clone();
         exec.consumers = analysis.consumers.clone();
         exec.grow(view.len());
+        exec.released = view.released_by_steps();
         for v in 0..view.len() {
             exec.dead[v] = exec.need[v] == 0;
         }
@@ -216,6 +220,7 @@ impl<'a> Exec<'a> {
             offered: Vec::new(),
             dead: Vec::new(),
             stepped: Vec::new(),
+            released: Vec::new(),
             uses: Vec::new(),
             last_access: Vec::new(),
             evicted: Vec::new(),
@@ -366,7 +371,7 @@ impl<'a> Exec<'a> {
                     .nodes
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| !self.stepped[*i])
+                    .filter(|&(i, n)| !self.has_stepped(n.releaser(i as u32)))
                     .map(|(_, n)| n.fixed_bytes)
                     .sum();
                 Error::Infeasible {
@@ -380,6 +385,11 @@ impl<'a> Exec<'a> {
 
     pub(crate) fn step_pos(&self) -> usize {
         self.step_pos
+    }
+
+    /// Whether node `v`'s step ran (false for a node not appended yet).
+    fn has_stepped(&self, v: u32) -> bool {
+        self.stepped.get(v as usize).copied().unwrap_or(false)
     }
 }
 
@@ -401,7 +411,7 @@ impl Exec<'_> {
                 }
                 held_bytes += self.nodes[v].bytes;
             }
-            if v < self.computed as usize && !self.stepped[v] {
+            if v < self.computed as usize && !self.has_stepped(self.nodes[v].releaser(v as u32)) {
                 held_bytes += self.nodes[v].fixed_bytes;
             }
             if self.uses[v] != 0 {

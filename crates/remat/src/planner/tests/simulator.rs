@@ -3,7 +3,8 @@
 use super::{Flavor, Rng, random_view};
 use crate::planner::{
     Action::{self, *},
-    Error, Forced, GraphView, HeldEvent, Node, Schedule, from_decisions, simulate, simulate_traced,
+    Dtr, Error, Forced, GraphView, HeldEvent, Node, Schedule, from_decisions, simulate,
+    simulate_traced,
 };
 
 /// x (4 B) -> y = exp(x) (8 B, its step reads y) -> z = y * x (2 B, reads both inputs).
@@ -293,6 +294,75 @@ fn invalid_views_are_rejected() {
     ));
     let short = GraphView::with_step_order(nodes, vec![1]);
     assert!(matches!(short, Err(Error::InvalidView { node: None, .. })));
+    // Constants released by a step that runs before their node's.
+    let early = GraphView::new(vec![
+        Node::new("a", 1, 1.0).fixed_bytes(4).fixed_until(1),
+        Node::new("b", 1, 1.0),
+    ]);
+    assert!(matches!(
+        early,
+        Err(Error::InvalidView { node: Some(0), .. })
+    ));
+}
+
+/// NOTE [shared-release]: a constant two ops hold, charged to the first (`a`), is held
+/// until the later of their steps (`b`'s), once, and released there; a schedule that keeps
+/// it past `a`'s step needs room for it until then.
+#[test]
+fn a_shared_constant_is_held_once_until_its_last_holder_steps() {
+    // a (2 B, constant 100 B held with b) and b (8 B, independent of a), c = f(b) reading b.
+    // Steps: c, a, b.
+    let view = GraphView::with_step_order(
+        vec![
+            Node::new("a", 2, 1.0).fixed_bytes(100).fixed_until(1),
+            Node::new("b", 8, 1.0),
+            Node::new("c", 1, 1.0).inputs([1]).step_reads([1]),
+        ],
+        vec![2, 0, 1],
+    )
+    .unwrap();
+    let schedule = Schedule::new(vec![
+        Compute(0),
+        Compute(1),
+        Keep(1),
+        Compute(2),
+        Step(2),
+        Free(1),
+        Step(0),
+        Step(1),
+    ]);
+    let outcome = simulate_traced(&view, &schedule, u64::MAX).unwrap();
+    // The constant from a's op, b kept, b freed, and the constant released at b's step
+    // (not at a's).
+    assert_eq!(
+        events(&outcome.trace),
+        vec![(0, 100), (2, 108), (5, 100), (7, 0)]
+    );
+    assert_eq!(outcome.peak_bytes, 108);
+    assert_eq!(view.constants_from(), vec![100, 100, 100, 0]);
+    assert!(simulate(&view, &schedule, 107).is_err());
+    let text = view.to_string();
+    assert!(text.contains("fixed 100 B until 1"), "{text}");
+    assert_eq!(text.parse::<GraphView>().unwrap(), view);
+    // The executor over the whole view counts the same: it fits in 108, not 107; and fed
+    // op by op (the releaser not yet recorded when `a` is), the same.
+    let dtr = Dtr::schedule(&view, 108).expect("fits in 108 bytes");
+    assert!(simulate(&view, &dtr, 108).is_ok());
+    assert!(Dtr::schedule(&view, 107).is_err());
+    let online = |budget: u64| -> Result<u64, Error> {
+        let mut dtr = Dtr::new(budget);
+        for node in view.nodes() {
+            dtr.on_compute(node.clone())?;
+        }
+        dtr.begin_backward(view.step_order().to_vec())?;
+        for _ in 0..view.len() {
+            dtr.on_step()?;
+        }
+        assert_eq!(dtr.held_bytes(), 0, "everything released at the end");
+        Ok(dtr.peak_bytes())
+    };
+    assert_eq!(online(108).unwrap(), 108);
+    assert!(online(107).is_err());
 }
 
 #[test]
