@@ -10,6 +10,9 @@
 //!   (NOTE [tuple-cuts]; it ran the lean schedule, 224,056 replays a step on 32 steps).
 //! - `nn::Lstm` of a realistic size (32 KiB values) against issue 34's heap rule, and its
 //!   smallest budget against its length.
+//! - `nn::Lstm` with the loss on every output and `nn::Gru` with the loss on its last
+//!   output, down to their smallest budgets, and a tenth of K, below those, stopping with
+//!   `TooSmall` that names a budget that runs.
 //!
 //! Each budget is a share of what SaveAll's step holds after its forward pass (K, by the
 //! allocator). Asserted: gradients bit-identical to SaveAll's; the later steps follow one
@@ -68,6 +71,10 @@ fn steps() -> usize {
 enum Model {
     /// `Lstm`, the loss on the last hidden state.
     LstmLast,
+    /// `Lstm`, the loss on every output.
+    LstmAll,
+    /// `Gru`, the loss on its last output.
+    GruLast,
     /// `Gru`, the loss on every output.
     GruAll,
 }
@@ -100,6 +107,15 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
             let (_, state) = net.lstm.forward(x.clone(), None);
             state.hidden.sum()
         }
+        Model::LstmAll => {
+            let (out, _) = net.lstm.forward(x.clone(), None);
+            (out.clone() * out).sum()
+        }
+        Model::GruLast => {
+            let out = net.gru.forward(x.clone(), None);
+            let seq = out.dims()[1];
+            out.narrow(1, seq - 1, 1).sum()
+        }
         Model::GruAll => {
             let out = net.gru.forward(x.clone(), None);
             (out.clone() * out).sum()
@@ -110,8 +126,12 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
     let peak = heap::peak() as i64 - before;
     let grads_bytes = heap::live() as i64 - before;
     let grads = match model {
-        Model::GruAll => collect_grads(&net.gru, &GradientsParams::from_grads(grads, &net.gru)),
-        Model::LstmLast => collect_grads(&net.lstm, &GradientsParams::from_grads(grads, &net.lstm)),
+        Model::GruLast | Model::GruAll => {
+            collect_grads(&net.gru, &GradientsParams::from_grads(grads, &net.gru))
+        }
+        Model::LstmLast | Model::LstmAll => {
+            collect_grads(&net.lstm, &GradientsParams::from_grads(grads, &net.lstm))
+        }
     };
     let stats = remat::stats();
     Step {
@@ -381,5 +401,72 @@ fn five_processes_plan_the_same_lstm_steps() {
             line, &lines[0],
             "process {k} planned differently from process 0"
         );
+    }
+}
+
+/// Issue 34, item 5: Burn's `Lstm` with the loss on every output and `Gru` with the loss on
+/// its last output, under half and a quarter of K, then under the smallest budget
+/// `check_budget` names (measured on 32 steps: `Gru` 184 KiB, 20% of the keep-all bytes,
+/// 136,440 replays a step, the lean plan; `Lstm` 316 KiB, 27%, 225,304 replays, and the
+/// same lean plan at a quarter of K, which is 32% of the keep-all bytes: FIXME
+/// [lstm-plans] in ARCHITECTURE.md). A tenth of
+/// K is below both: the zeros tensor Burn writes the stacked output into is a constant the
+/// first `slice_assign`'s replay reads (128 KiB at 32 steps), held all step, and with every
+/// output in the loss the stacked output itself is read by backward. There the step stops
+/// with `TooSmall`, naming a budget that runs.
+#[test]
+fn lstm_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_budget() {
+    for (model, half, quarter) in [(Model::LstmAll, 1.1, 0.9), (Model::GruLast, 1.1, 0.9)] {
+        check(model, &[(50, half), (25, quarter)]);
+        let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        one_measured_thread();
+        let (net, x) = lstm_and_input();
+        let save_all = step(&net, model, &x, Policy::SaveAll);
+        step(&net, model, &x, Policy::Budget(u64::MAX));
+        let smallest = match remat::check_budget(0) {
+            Err(remat::BudgetError::TooSmall {
+                min_budget_bytes, ..
+            }) => min_budget_bytes,
+            other => panic!("{model:?}: check_budget(0) answered {other:?}"),
+        };
+        let tenth = save_all.kept as u64 / 10;
+        assert!(
+            tenth < smallest,
+            "{model:?}: a tenth of K ({tenth}) is at least the smallest budget ({smallest}): \
+             assert that it runs instead"
+        );
+        let named =
+            match remat::try_with_budget(tenth, || step(&net, model, &x, Policy::Budget(tenth))) {
+                Err(remat::BudgetError::TooSmall {
+                    min_budget_bytes, ..
+                }) => min_budget_bytes,
+                Ok(_) => panic!("{model:?}: a tenth of K ran below the smallest budget"),
+                Err(e) => panic!("{model:?}: {e}"),
+            };
+        let mut budgets = vec![named, smallest];
+        budgets.dedup();
+        for budget in budgets {
+            let runs: Vec<Step> = (0..2)
+                .map(|_| step(&net, model, &x, Policy::Budget(budget)))
+                .collect();
+            for run in &runs {
+                assert!(
+                    run.grads == save_all.grads,
+                    "{model:?} under {budget} bytes: gradients differ from SaveAll's"
+                );
+                assert!(
+                    run.held <= budget,
+                    "{model:?}: held {} bytes, over {budget}",
+                    run.held
+                );
+            }
+            eprintln!(
+                "{model:?} under {budget} bytes (a tenth of K named {named}, the smallest \
+                 {smallest}, K {}): {} replays a step, heap peak {:.2}x SaveAll's",
+                save_all.kept,
+                runs[1].replays,
+                runs[1].peak as f64 / save_all.peak as f64
+            );
+        }
     }
 }
