@@ -206,10 +206,11 @@ pub fn smallest_budget(view: &GraphView) -> u64 {
     if let Some(stages) = super::rotor::stages_of(view) {
         return lean.min(super::rotor::min_budget(view, &stages));
     }
-    match super::pinned::reduced(view) {
-        Some(pinned) => {
-            let stages = super::rotor::stages_of(&pinned.view)
-                .expect("remat internal error: a reduced view has stages");
+    // A reduced view cut by tuples only (NOTE [pinned-heads]) has no such guarantee.
+    match super::pinned::reduced(view)
+        .and_then(|pinned| Some((super::rotor::stages_of(&pinned.view)?, pinned)))
+    {
+        Some((stages, pinned)) => {
             lean.min(pinned.bytes + super::rotor::min_budget(&pinned.view, &stages))
         }
         None => lean,

@@ -28,13 +28,101 @@
 //! completing a schedule is O(actions + e).
 
 use super::schedule::with_inserted;
-use super::{Action, Forced, GraphView, Schedule, rotor};
+use super::view::rebuildable;
+use super::{Action, Forced, GraphView, Node, Schedule, rotor};
 
 /// The fewest distinct readers a pinned node has.
 const MIN_READERS: usize = 4;
 
 /// The most nodes pinned in one view.
 const MAX_PINNED: usize = 8;
+
+/// A head is at least this many times the median value's bytes (NOTE \[pinned-heads\]).
+const HEAD_TIMES: u64 = 8;
+
+/// NOTE [pinned-heads]: a loss on every output of Burn's `Lstm` or `Gru` reads the
+/// `[batch, seq, hidden]` tensor the module writes step by step with `slice_assign`: one
+/// large value at the end of a chain of large values, each the previous one with a step's
+/// output written in. Its readers step first in backward, and rebuilding it replays the
+/// whole chain. The chain crosses every cut beside `(h, c)`, so each tuple (NOTE
+/// \[tuple-cuts\]) carried a copy of the stacked output: on 32 steps below 40% of the
+/// keep-all bytes no chain plan fitted and the lean schedule ran (225,304 replays a step).
+/// Such a value, a *head*, is pinned: held from its computation until its readers have
+/// stepped, which is at the start of backward. With it held, the values only its rebuild
+/// needed are never rebuilt, so the reduced view drops their inputs, and the rest of the
+/// view is the `(h, c)` chain, planned by tuples. A head: at least [`HEAD_TIMES`] the median
+/// value's bytes, a rebuild that runs through a chain of at least an eighth of the view's nodes, and
+/// every step that reads it (its readers', and its own where it reads itself) within the
+/// first eighth of the step order; not forced to be rebuilt.
+fn heads(view: &GraphView) -> Vec<u32> {
+    let n = view.len();
+    let nodes = view.nodes();
+    let mut sizes: Vec<u64> = nodes.iter().map(|node| node.bytes).collect();
+    let median = *sizes.select_nth_unstable(n / 2).1;
+    let mut position = vec![0usize; n];
+    for (p, &s) in view.step_order().iter().enumerate() {
+        position[s as usize] = p;
+    }
+    // The longest chain of rebuilds behind each value, and the latest step reading it.
+    let mut depth = vec![0u32; n];
+    let mut latest = vec![0usize; n];
+    for (w, node) in nodes.iter().enumerate() {
+        if rebuildable(node) {
+            depth[w] = 1 + node
+                .inputs
+                .iter()
+                .map(|&u| depth[u as usize])
+                .max()
+                .unwrap_or(0);
+        }
+        for &u in node.inputs.iter().chain(&node.step_reads) {
+            latest[u as usize] = latest[u as usize].max(position[w]);
+        }
+    }
+    let needed = needed_in(nodes);
+    let candidate: Vec<bool> = (0..n)
+        .map(|u| {
+            needed[u]
+                && nodes[u].forced != Some(Forced::Recompute)
+                && nodes[u].bytes >= HEAD_TIMES * median.max(1)
+                && 8 * depth[u] as usize >= n
+                && 8 * latest[u] < n
+        })
+        .collect();
+    // Only the last of a chain of candidates: the values before it are needed only to
+    // rebuild it.
+    let mut fed = vec![false; n];
+    for (w, node) in nodes.iter().enumerate() {
+        if candidate[w] {
+            for &u in &node.inputs {
+                fed[u as usize] = true;
+            }
+        }
+    }
+    (0..n)
+        .filter(|&u| candidate[u] && !fed[u])
+        .map(|u| u as u32)
+        .collect()
+}
+
+/// Per node of `nodes` (a view's), whether a backward step or a rebuild of such a value can
+/// need its value: read by a step, or an input of a needed value that can be rebuilt.
+fn needed_in(nodes: &[Node]) -> Vec<bool> {
+    let mut needed = vec![false; nodes.len()];
+    for node in nodes {
+        for &u in &node.step_reads {
+            needed[u as usize] = true;
+        }
+    }
+    for w in (0..nodes.len()).rev() {
+        if needed[w] && rebuildable(&nodes[w]) {
+            for &u in &nodes[w].inputs {
+                needed[u as usize] = true;
+            }
+        }
+    }
+    needed
+}
 
 /// A view's pinned nodes and its reduced view (see NOTE \[pinned-chain\]).
 pub(crate) struct Pinned {
@@ -79,17 +167,23 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
         })
         .map(|u| u as u32)
         .collect();
-    if candidates.is_empty() || rotor::stages_of(view).is_some() {
+    if rotor::stages_of(view).is_some() {
+        return None;
+    }
+    let heads = heads(view);
+    if candidates.is_empty() && heads.is_empty() {
         return None;
     }
     candidates.sort_by_key(|&u| std::cmp::Reverse(readers[u as usize]));
     candidates.truncate(MAX_PINNED);
+    candidates.extend(heads.iter().copied());
     candidates.sort_unstable();
+    candidates.dedup();
     let mut is_pinned = vec![false; n];
     for &p in &candidates {
         is_pinned[p as usize] = true;
     }
-    let reduced_nodes = nodes
+    let mut reduced_nodes: Vec<Node> = nodes
         .iter()
         .enumerate()
         .map(|(i, node)| {
@@ -103,8 +197,23 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
             node
         })
         .collect();
+    if !heads.is_empty() {
+        // NOTE [pinned-heads]: with the heads held, what only they needed is never rebuilt.
+        let needed = needed_in(&reduced_nodes);
+        for (node, needed) in reduced_nodes.iter_mut().zip(needed) {
+            if !needed {
+                node.inputs.clear();
+            }
+        }
+    }
     let reduced = GraphView::with_step_order(reduced_nodes, view.step_order().to_vec()).ok()?;
-    rotor::stages_of(&reduced)?;
+    // A reduced view cut by tuples (NOTE [tuple-cuts]) only where a head was pinned: other
+    // pinned views keep the plans they had.
+    if rotor::stages_of(&reduced).is_none()
+        && (heads.is_empty() || super::tuples::tupled(&reduced).is_none())
+    {
+        return None;
+    }
     let bytes = candidates.iter().map(|&p| nodes[p as usize].bytes).sum();
     Some(Pinned {
         nodes: candidates,
@@ -261,7 +370,10 @@ pub(crate) fn chain_resume(view: &GraphView, held: &[u32], budget: u64) -> Optio
         .copied()
         .filter(|h| pinned.nodes.binary_search(h).is_err())
         .collect();
-    let (schedule, _) = rotor::resume(&pinned.view, &rest, room)?;
+    let (schedule, _) = match rotor::stages_of(&pinned.view) {
+        Some(_) => rotor::resume(&pinned.view, &rest, room)?,
+        None => super::tuples::tupled(&pinned.view)?.resume(&pinned.view, &rest, room)?,
+    };
     let schedule = pinned.completed(view, &schedule, |p| held.contains(&p), held);
     let cost = super::simulate(view, &schedule, budget)
         .ok()?

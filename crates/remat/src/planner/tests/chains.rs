@@ -765,3 +765,28 @@ fn burn_s_lstm_resumes_by_its_tuples() {
     assert_eq!(outcome.recompute_cost, cost);
     assert!(cost <= 10.0 * view.forward_cost(), "{cost}");
 }
+
+/// NOTE [pinned-heads]: Burn's `Lstm` with the loss on every output (32 steps, batch 16,
+/// input 16, hidden 64, recorded under `Budget(u64::MAX)`): the `[batch, seq, hidden]`
+/// output the loss reads is pinned until the loss has stepped, and the rest is planned as a
+/// chain of `(h, c)` tuples. At 35% and 30% of the keep-all bytes the plan replayed the
+/// lean schedule, 225,304 ops (181 forward passes), before; now 1,151 and 2,587.
+#[test]
+fn an_lstm_s_stacked_output_read_by_the_loss_is_held_until_the_loss_steps() {
+    let view: GraphView = include_str!("views/lstm32_every_output.view")
+        .parse()
+        .unwrap();
+    let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
+        .unwrap()
+        .peak_bytes;
+    for (percent, most) in [(35u64, 1_300u64), (30, 3_000)] {
+        let budget = all * percent / 100;
+        let schedule = plan(&view, budget).expect("a plan above the smallest budget");
+        let outcome = simulate(&view, &schedule, budget).unwrap();
+        assert!(
+            outcome.total_replays <= most,
+            "{percent}%: {} replays (at most {most})",
+            outcome.total_replays
+        );
+    }
+}
