@@ -27,6 +27,10 @@ step "soak: 1,000 training steps keep the heap flat (release)"
 cargo test --release -p remat-models --test soak -- --ignored --nocapture \
     || fail "cargo test --release -p remat-models --test soak -- --ignored"
 
+step "a recurrence on a computed weight, 10,000 steps under 20 matrices (release)"
+cargo test --release -p remat --test recurrent -- --ignored --nocapture \
+    || fail "cargo test --release -p remat --test recurrent -- --ignored"
+
 step "Burn's Lstm and Gru under a budget, 128 steps (release)"
 REMAT_RNN_STEPS=128 cargo test --release -p remat-models --test recurrent_modules -- --nocapture \
     || fail "REMAT_RNN_STEPS=128 cargo test --release -p remat-models --test recurrent_modules"
