@@ -27,6 +27,7 @@
 //! Cost model: finding the pinned nodes and building the reduced view is O(n + e);
 //! completing a schedule is O(actions + e).
 
+use super::analysis::Analysis;
 use super::schedule::with_inserted;
 use super::view::rebuildable;
 use super::{Action, Forced, GraphView, Node, Schedule, rotor};
@@ -51,21 +52,16 @@ const HEAD_TIMES: u64 = 8;
 /// stepped, which is at the start of backward. With it held, the values only its rebuild
 /// needed are never rebuilt, so the reduced view drops their inputs, and the rest of the
 /// view is the `(h, c)` chain, planned by tuples. A head: at least [`HEAD_TIMES`] the median
-/// value's bytes, a rebuild that runs through a chain of at least an eighth of the view's nodes, and
-/// every step that reads it (its readers', and its own where it reads itself) within the
-/// first eighth of the step order; not forced to be rebuilt.
+/// value's bytes, a rebuild that runs through a chain of at least an eighth of the view's
+/// nodes, needed only within the first eighth of the step order (it dies there: NOTE
+/// \[need\] in `analysis.rs`); not forced to be rebuilt.
 fn heads(view: &GraphView) -> Vec<u32> {
     let n = view.len();
     let nodes = view.nodes();
     let mut sizes: Vec<u64> = nodes.iter().map(|node| node.bytes).collect();
     let median = *sizes.select_nth_unstable(n / 2).1;
-    let mut position = vec![0usize; n];
-    for (p, &s) in view.step_order().iter().enumerate() {
-        position[s as usize] = p;
-    }
-    // The longest chain of rebuilds behind each value, and the latest step reading it.
+    // The longest chain of rebuilds behind each value.
     let mut depth = vec![0u32; n];
-    let mut latest = vec![0usize; n];
     for (w, node) in nodes.iter().enumerate() {
         if rebuildable(node) {
             depth[w] = 1 + node
@@ -75,18 +71,16 @@ fn heads(view: &GraphView) -> Vec<u32> {
                 .max()
                 .unwrap_or(0);
         }
-        for &u in node.inputs.iter().chain(&node.step_reads) {
-            latest[u as usize] = latest[u as usize].max(position[w]);
-        }
     }
-    let needed = needed_in(nodes);
+    // NOTE [need] in `analysis.rs`: a value is needed until the step position it dies at.
+    let analysis = Analysis::new(view);
     let candidate: Vec<bool> = (0..n)
         .map(|u| {
-            needed[u]
+            analysis.need[u] > 0
                 && nodes[u].forced != Some(Forced::Recompute)
                 && nodes[u].bytes >= HEAD_TIMES * median.max(1)
                 && 8 * depth[u] as usize >= n
-                && 8 * latest[u] < n
+                && 8 * (analysis.death[u] as usize) < n
         })
         .collect();
     // Only the last of a chain of candidates: the values before it are needed only to
@@ -103,25 +97,6 @@ fn heads(view: &GraphView) -> Vec<u32> {
         .filter(|&u| candidate[u] && !fed[u])
         .map(|u| u as u32)
         .collect()
-}
-
-/// Per node of `nodes` (a view's), whether a backward step or a rebuild of such a value can
-/// need its value: read by a step, or an input of a needed value that can be rebuilt.
-fn needed_in(nodes: &[Node]) -> Vec<bool> {
-    let mut needed = vec![false; nodes.len()];
-    for node in nodes {
-        for &u in &node.step_reads {
-            needed[u as usize] = true;
-        }
-    }
-    for w in (0..nodes.len()).rev() {
-        if needed[w] && rebuildable(&nodes[w]) {
-            for &u in &nodes[w].inputs {
-                needed[u as usize] = true;
-            }
-        }
-    }
-    needed
 }
 
 /// A view's pinned nodes and its reduced view (see NOTE \[pinned-chain\]).
@@ -183,7 +158,7 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
     for &p in &candidates {
         is_pinned[p as usize] = true;
     }
-    let mut reduced_nodes: Vec<Node> = nodes
+    let reduced_nodes: Vec<Node> = nodes
         .iter()
         .enumerate()
         .map(|(i, node)| {
@@ -197,16 +172,18 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
             node
         })
         .collect();
+    let mut reduced = GraphView::with_step_order(reduced_nodes, view.step_order().to_vec()).ok()?;
     if !heads.is_empty() {
         // NOTE [pinned-heads]: with the heads held, what only they needed is never rebuilt.
-        let needed = needed_in(&reduced_nodes);
-        for (node, needed) in reduced_nodes.iter_mut().zip(needed) {
-            if !needed {
+        let need = Analysis::new(&reduced).need;
+        let mut pruned = reduced.nodes().to_vec();
+        for (node, need) in pruned.iter_mut().zip(need) {
+            if need == 0 {
                 node.inputs.clear();
             }
         }
+        reduced = GraphView::with_step_order(pruned, view.step_order().to_vec()).ok()?;
     }
-    let reduced = GraphView::with_step_order(reduced_nodes, view.step_order().to_vec()).ok()?;
     // A reduced view cut by tuples (NOTE [tuple-cuts]) only where a head was pinned: other
     // pinned views keep the plans they had.
     if rotor::stages_of(&reduced).is_none()
