@@ -144,6 +144,31 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
     }
 }
 
+/// The smallest budget `check_budget` names after the thread's last step (`what` says which
+/// step, for the message).
+fn smallest_named(what: &str) -> u64 {
+    match remat::check_budget(0) {
+        Err(remat::BudgetError::TooSmall {
+            min_budget_bytes, ..
+        }) => min_budget_bytes,
+        other => panic!("{what}: check_budget(0) answered {other:?}"),
+    }
+}
+
+/// Asserts that `run`, a step under `budget`, has SaveAll's gradients and held at most the
+/// budget (`what` says which step, for the messages).
+fn assert_like_save_all(run: &Step, save_all: &Step, budget: u64, what: &str) {
+    assert!(
+        run.grads == save_all.grads,
+        "{what} under {budget} bytes: gradients differ from SaveAll's"
+    );
+    assert!(
+        run.held <= budget,
+        "{what}: held {} bytes, over the budget of {budget}",
+        run.held
+    );
+}
+
 /// The modules (seeded) and an input of [`steps`] steps.
 fn lstm_and_input() -> (Net, Tensor<3>) {
     lstm_and_input_of(SMALL, steps())
@@ -310,12 +335,7 @@ fn lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input() {
     for seq in [steps(), 4 * steps()] {
         let (net, x) = lstm_and_input_of(SMALL, seq);
         step(&net, Model::LstmLast, &x, Policy::Budget(u64::MAX));
-        let smallest = match remat::check_budget(0) {
-            Err(remat::BudgetError::TooSmall {
-                min_budget_bytes, ..
-            }) => min_budget_bytes,
-            other => panic!("{seq} steps: check_budget(0) answered {other:?}"),
-        };
+        let smallest = smallest_named(&format!("{seq} steps"));
         let input = (BATCH * seq * INPUT * 4) as u64;
         eprintln!("Lstm, {seq} steps: smallest budget {smallest} bytes, the input {input}");
         beyond.push(smallest.checked_sub(input).unwrap_or_else(|| {
@@ -324,15 +344,7 @@ fn lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input() {
         if seq == steps() {
             let save_all = step(&net, Model::LstmLast, &x, Policy::SaveAll);
             let run = step(&net, Model::LstmLast, &x, Policy::Budget(smallest));
-            assert!(
-                run.grads == save_all.grads,
-                "{seq} steps under the smallest budget: gradients differ from SaveAll's"
-            );
-            assert!(
-                run.held <= smallest,
-                "{seq} steps: held {} bytes under the smallest budget {smallest}",
-                run.held
-            );
+            assert_like_save_all(&run, &save_all, smallest, &format!("{seq} steps"));
         }
     }
     assert_eq!(
@@ -432,12 +444,7 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
             step(&net, model, &x, Policy::SaveAll);
             let save_all = step(&net, model, &x, Policy::SaveAll);
             step(&net, model, &x, Policy::Budget(u64::MAX));
-            match remat::check_budget(0) {
-                Err(remat::BudgetError::TooSmall {
-                    min_budget_bytes, ..
-                }) => (save_all.kept as u64, min_budget_bytes),
-                other => panic!("{model:?}: check_budget(0) answered {other:?}"),
-            }
+            (save_all.kept as u64, smallest_named(&format!("{model:?}")))
         };
         let (runs, below): (Shares, Shares) = [(50, half), (25, quarter), (10, 0.0)]
             .into_iter()
@@ -478,15 +485,7 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
                 .map(|_| step(&net, model, &x, Policy::Budget(budget)))
                 .collect();
             for run in &runs {
-                assert!(
-                    run.grads == save_all.grads,
-                    "{model:?} under {budget} bytes: gradients differ from SaveAll's"
-                );
-                assert!(
-                    run.held <= budget,
-                    "{model:?}: held {} bytes, over {budget}",
-                    run.held
-                );
+                assert_like_save_all(run, &save_all, budget, &format!("{model:?}"));
             }
             eprintln!(
                 "{model:?} under {budget} bytes (the smallest {smallest} and those the shares \
