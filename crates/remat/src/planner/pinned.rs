@@ -107,6 +107,9 @@ pub(crate) struct Pinned {
     pub(crate) bytes: u64,
     /// The view without any read of a pinned node.
     pub(crate) view: GraphView,
+    /// The nodes the reduced view never needs rebuilt, their inputs dropped there (NOTE
+    /// \[pinned-heads\]); empty when no head was pinned.
+    unneeded: Vec<bool>,
 }
 
 /// The pinned nodes of `view` and its reduced view, when the view has no stages of its own,
@@ -173,10 +176,12 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
         })
         .collect();
     let mut reduced = GraphView::with_step_order(reduced_nodes, view.step_order().to_vec()).ok()?;
+    let mut unneeded = Vec::new();
     if !heads.is_empty() {
         // NOTE [pinned-heads]: with the heads held, what only they needed is never rebuilt.
         let need = Analysis::new(&reduced).need;
         let mut pruned = reduced.nodes().to_vec();
+        unneeded = need.iter().map(|&need| need == 0).collect();
         for (node, need) in pruned.iter_mut().zip(need) {
             if need == 0 {
                 node.inputs.clear();
@@ -196,6 +201,7 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
         nodes: candidates,
         bytes,
         view: reduced,
+        unneeded,
     })
 }
 
@@ -233,12 +239,28 @@ impl Pinned {
         while matches!(actions.get(forward_end), Some(Action::Keep(_))) {
             forward_end += 1;
         }
+        // NOTE [unneeded-replays]: a schedule of the reduced view may replay a node it
+        // never needs (resumed from the lean state, a stage is rebuilt whole): there its
+        // inputs were dropped, in the real view they are not held. Such replays are left
+        // out, and a free of such a node only follows a keep of it.
+        let unneeded = |v: u32| self.unneeded.get(v as usize).copied().unwrap_or(false);
+        let mut kept_unneeded = vec![false; if self.unneeded.is_empty() { 0 } else { n }];
         for (k, &action) in actions.iter().enumerate() {
             if k == forward_end {
                 self.rebuild(view, &kept_in_forward, held, &mut out);
             }
             match action {
                 Action::Keep(p) | Action::Free(p) | Action::Replay(p) if is_pinned[p as usize] => {}
+                Action::Replay(v) if unneeded(v) => {}
+                Action::Keep(v) if unneeded(v) => {
+                    kept_unneeded[v as usize] = true;
+                    out.push(action);
+                }
+                Action::Free(v) if unneeded(v) => {
+                    if std::mem::take(&mut kept_unneeded[v as usize]) {
+                        out.push(action);
+                    }
+                }
                 Action::Compute(p) if is_pinned[p as usize] => {
                     out.push(action);
                     if kept_in_forward(p) {
@@ -278,8 +300,17 @@ impl Pinned {
     }
 
     /// Rebuilds the pinned values the forward pass did not keep, from `held`: what each is
-    /// computed from that is not held is replayed in index order, and freed once the pinned
-    /// values are rebuilt.
+    /// computed from that is not held is replayed in index order, each freed after the last
+    /// of these replays that reads it.
+    ///
+    /// NOTE [head-rebuild]: the values replayed to rebuild a pinned one were all freed
+    /// once every pinned value was rebuilt. Rebuilding a head (NOTE \[pinned-heads\])
+    /// from the lean state replays the whole forward pass, so that held all of it at once:
+    /// a step of Burn's `Gru` with the loss on every output, run after the thread had run
+    /// the `Gru` with the loss on its last output (its forward pass followed that graph's
+    /// plan, NOTE \[plan-ahead\] in `checkpoint/budget/mod.rs`, departed from it at the
+    /// loss, and backward started from the lean state), stopped at half of SaveAll's bytes
+    /// with the smallest budget it named, every step after it too.
     fn rebuild(
         &self,
         view: &GraphView,
@@ -317,14 +348,25 @@ impl Pinned {
             needed[v as usize] = true;
             stack.extend(nodes[v as usize].inputs.iter().copied());
         }
-        let replays: Vec<u32> = (0..n as u32).filter(|&v| needed[v as usize]).collect();
-        out.extend(replays.iter().map(|&v| Action::Replay(v)));
-        out.extend(
-            replays
-                .iter()
-                .filter(|v| !missing.contains(v))
-                .map(|&v| Action::Free(v)),
-        );
+        // Replayed in index order, each freed right after the last replay that reads it
+        // (NOTE [head-rebuild]).
+        let mut last_reader = vec![u32::MAX; n];
+        for w in (0..n as u32).filter(|&w| needed[w as usize]) {
+            for &u in &nodes[w as usize].inputs {
+                if needed[u as usize] {
+                    last_reader[u as usize] = w;
+                }
+            }
+        }
+        let mut freed_after: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for v in (0..n as u32).filter(|&v| needed[v as usize] && !missing.contains(&v)) {
+            let w = last_reader[v as usize];
+            freed_after[if w == u32::MAX { v } else { w } as usize].push(v);
+        }
+        for w in (0..n as u32).filter(|&w| needed[w as usize]) {
+            out.push(Action::Replay(w));
+            out.extend(freed_after[w as usize].iter().map(|&v| Action::Free(v)));
+        }
     }
 }
 

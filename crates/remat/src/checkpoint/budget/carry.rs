@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
 use super::session::SESSION;
-use super::{FAILED_NEED, LAST_VIEW, PLANS, THREAD_VIEW, set_sides};
+use super::{FAILED_NEED, LAST_VIEW, PLANS, Side, THREAD_VIEW, set_sides};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
 use crate::planner::{self, Action, GraphView};
@@ -138,6 +138,16 @@ fn hand_over<'n>(
         .collect()
 }
 
+/// Makes `view` (with its side ops) the graph this thread ran last, which the next step
+/// starting like it plans ahead from (NOTE \[plan-ahead\] in `mod.rs`), and the one
+/// [`tradeoff`](super::tradeoff) reads.
+pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>) {
+    let signature = planner::signature(&view);
+    set_sides(signature, sides);
+    THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature)));
+    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+}
+
 /// After a backward pass: its graph is planned for the next steps and its view kept for
 /// [`tradeoff`] (`pending`), and the thread's session forgets consumed nodes.
 ///
@@ -166,10 +176,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
                     .insert_shared(view.clone(), pending.budget, schedule)
             });
         }
-        let signature = planner::signature(&view);
-        set_sides(signature, pending.sides);
-        THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature)));
-        *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+        ran_last(view, pending.sides);
     }
     if !completed {
         return;

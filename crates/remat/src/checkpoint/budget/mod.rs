@@ -111,6 +111,22 @@ thread_local! {
 // 1,000-block chain run after a 100-block one under the same budget followed the short
 // chain's plan and departed from it at its 500th op. A step that departs from the view
 // continues online, as with any plan.
+//
+// NOTE [stopped-view]: a step that stops at `backward()` as too small is the graph the
+// thread ran last all the same, so the step after it plans ahead from its own graph. It was
+// not: a thread that ran Burn's `Gru` with the loss on its last output and then the same
+// `Gru` with the loss on every output followed the first graph's plan at every step of the
+// second, departed at the loss and stopped each time.
+//
+// NOTE [departed-step]: what a departed step cannot do. Following another graph's plan, the
+// forward pass holds what that plan holds; from the departure on, online eviction may drop
+// a value the backward pass of this graph reads first (the `Gru`'s stacked output, which
+// the other graph's loss did not need kept), and rebuilding it from the lean state needs
+// more than this graph's own plan does (the output is rebuilt beside the zeros tensor it is
+// written into). Such a first step stops with `TooSmall` (the `Gru` at a quarter of K,
+// 128 steps), naming a budget it runs under; the next step under the same budget follows
+// this graph's plan (NOTE [stopped-view]) and runs
+// (`gru_on_every_output_after_gru_on_its_last_output_runs_from_its_first_step`).
 
 // NOTE [side-ops]: a step may record ops under a budget that its backward pass never
 // reaches: Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` output with

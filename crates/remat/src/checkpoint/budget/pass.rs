@@ -569,6 +569,8 @@ pub(crate) fn plan_pass(
                         }
                     }
                 }
+                // NOTE [stopped-view]: the next step plans ahead from this graph.
+                super::carry::ran_last(view.clone(), sides.clone());
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {

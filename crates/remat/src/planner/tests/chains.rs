@@ -790,3 +790,34 @@ fn an_lstm_s_stacked_output_read_by_the_loss_is_held_until_the_loss_steps() {
         );
     }
 }
+
+/// NOTE [unneeded-replays] and NOTE [head-rebuild] in `pinned.rs`: Burn's `Gru` with the
+/// loss on every output (32 steps, batch 16, input 16, hidden 64), its backward resumed from
+/// the lean state (the engine's fallback when a step's forward pass left a state it cannot
+/// go on from: a step that followed another graph's plan and departed from it at its loss).
+/// The reduced chain's schedule replayed a node whose inputs the reduced view had dropped
+/// (invalid in the real view, so no chain plan resumed at any budget), and the head's
+/// rebuild held the whole forward pass at once (128 steps: no resumed plan within half of
+/// the keep-all bytes, and a step stopped there, its plan fitting a quarter).
+#[test]
+fn a_gru_s_stacked_output_is_rebuilt_from_the_lean_state_within_the_budget() {
+    let view: GraphView = include_str!("views/gru32_every_output.view")
+        .parse()
+        .unwrap();
+    let keep_all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
+        .unwrap()
+        .peak_bytes;
+    let forward = view.forward_cost();
+    for percent in [60, 50] {
+        let budget = keep_all * percent / 100;
+        let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], budget)
+            .unwrap_or_else(|| panic!("{percent}%: no chain plan from the lean state"));
+        let outcome = simulate(&view, &schedule, budget).expect("valid within the budget");
+        assert_eq!(outcome.recompute_cost, cost);
+        // The stacked output rebuilt once (a forward pass), then the chain's plan.
+        assert!(
+            cost <= 3.0 * forward,
+            "{percent}%: {cost} ns, forward {forward} ns"
+        );
+    }
+}
