@@ -141,10 +141,11 @@ fn hand_over<'n>(
 /// Makes `view` (with its side ops) the graph this thread ran last, which the next step
 /// starting like it plans ahead from (NOTE \[plan-ahead\] in `mod.rs`), and the one
 /// [`tradeoff`](super::tradeoff) reads.
-pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>) {
+/// `side_read`: an op of the step read a free side op (NOTE \[side-view\] in `mod.rs`).
+pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>, side_read: bool) {
     let signature = planner::signature(&view);
     set_sides(signature, sides);
-    THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature)));
+    THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature, side_read)));
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
 }
 
@@ -168,6 +169,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         };
         if completed
             && pending.plan
+            && !pending.side_read
             && let Ok(schedule) = planner::plan(&view, pending.budget)
         {
             PLANS.with(|plans| {
@@ -176,7 +178,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
                     .insert_shared(view.clone(), pending.budget, schedule)
             });
         }
-        ran_last(view, pending.sides);
+        ran_last(view, pending.sides, pending.side_read);
     }
     if !completed {
         return;
@@ -186,6 +188,9 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         let mut cell = cell.borrow_mut();
         if let Some(session) = cell.as_mut() {
             let budget_id = session.budget_id;
+            // NOTE [forward-overflow]: the raised bound was the step's own; the next step
+            // starts within the budget.
+            session.lower_raised();
             if session.compact(budget_id).is_err() {
                 // Live graphs of this thread pass the budget: the next op recorded under it
                 // reports it.

@@ -84,9 +84,10 @@ static LAST_BUDGET: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// The last budget interned on this thread, to skip the lock per recorded op.
     static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
-    /// The view of the last pass under a budget run on this thread, and its signature
-    /// ([`crate::planner::signature`]).
-    static THREAD_VIEW: RefCell<Option<(Arc<GraphView>, u64)>> = const { RefCell::new(None) };
+    /// The view of the last pass under a budget run on this thread, its signature
+    /// ([`crate::planner::signature`]), and whether an op read a free side op (NOTE
+    /// \[side-view\]).
+    static THREAD_VIEW: RefCell<Option<(Arc<GraphView>, u64, bool)>> = const { RefCell::new(None) };
     /// What a step under a budget was found to need when it stopped as too small, in its
     /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
     /// completes.
@@ -126,7 +127,7 @@ thread_local! {
 // written into). Such a first step stops with `TooSmall` (the `Gru` at a quarter of K,
 // 128 steps), naming a budget it runs under; the next step under the same budget follows
 // this graph's plan (NOTE [stopped-view]) and runs
-// (`gru_on_every_output_after_gru_on_its_last_output_runs_from_its_first_step`).
+// (`modules_on_every_output_after_their_last_output_run_from_their_first_steps`).
 
 // NOTE [side-ops]: a step may record ops under a budget that its backward pass never
 // reaches: Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` output with
@@ -146,6 +147,17 @@ thread_local! {
 // 156), and Flex writes in place. Should it be read after all (a second loss on the
 // output, a changed program), it cannot be rebuilt, and what reads it keeps it, as for a
 // random op: exact gradients, more bytes.
+
+// NOTE [side-view]: a step that follows another graph's plan records that graph's free side
+// ops retaining nothing; when an op of its own reads one after all (Burn's `Lstm` with the
+// loss on every output, run after the `Lstm` with the loss on its last state: the loss reads
+// the stacked output), the step's view has those ops as values that cannot be rebuilt,
+// which is not how the graph records when it follows a plan of its own. The next step
+// followed a plan made of that view, and its ops held what the plan did not count: on 128
+// steps at half of K it held 3.82 MB against a budget of 3.06 MB. Such a view is the graph
+// the thread ran last (for `tradeoff()` and NOTE [stopped-view]), but no plan is made of it,
+// and a step starting like it runs online (its view then is the graph's own, planned for
+// the steps after it).
 
 /// An op of a step that the step's backward pass did not reach (NOTE \[side-ops\]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

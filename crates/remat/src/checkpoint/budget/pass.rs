@@ -293,11 +293,12 @@ pub(crate) fn plan_pass(
     // held values are checked below.
     // The session's ops the pass did not claim are the step's side ops (NOTE [side-ops] in
     // `mod.rs`), listed when the session starts with the pass's first op.
-    let (session_view, follow, sides) = SESSION.with(|cell| {
+    let (session_view, follow, sides, side_read) = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
-            return (None, None, Arc::from([]));
+            return (None, None, Arc::from([]), false);
         };
+        let side_read = std::mem::take(&mut session.free_side_read);
         let claimed = |id: &NodeId| index.contains_key(id);
         let mut ours = session.ids.iter().filter(|id| claimed(id));
         let prefix = session.ids.first().is_some_and(claimed)
@@ -332,7 +333,7 @@ pub(crate) fn plan_pass(
                 .flatten()
                 .map(Err)
         });
-        (view, follow, sides)
+        (view, follow, sides, side_read)
     });
     // The pass's inner backend, when it has one (a graph may span backends: NOTE
     // [op-times] in `cost.rs`, replay times are per backend).
@@ -570,7 +571,7 @@ pub(crate) fn plan_pass(
                     }
                 }
                 // NOTE [stopped-view]: the next step plans ahead from this graph.
-                super::carry::ran_last(view.clone(), sides.clone());
+                super::carry::ran_last(view.clone(), sides.clone(), side_read);
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {
@@ -600,6 +601,7 @@ pub(crate) fn plan_pass(
         plan: !cached,
         samples: cost::replay_samples(),
         sides,
+        side_read,
     };
     (per_node, held_bytes, budget, pending)
 }
@@ -618,6 +620,9 @@ pub(crate) struct Pending {
     pub(super) samples: u64,
     /// The step's ops the pass did not claim (NOTE \[side-ops\] in `mod.rs`).
     pub(super) sides: Arc<[Side]>,
+    /// An op of the step read a free side op: the view is not the graph as recorded
+    /// online, so no plan is made of it (NOTE \[side-view\] in `mod.rs`).
+    pub(super) side_read: bool,
 }
 
 // NOTE [shared-chunks]: a pass carried out a copy of its actions cut per node (a vector

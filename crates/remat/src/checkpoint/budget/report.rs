@@ -135,7 +135,7 @@ pub fn tradeoff() -> Option<Tradeoff> {
 /// The view of the last step run under a budget (see [`tradeoff`]).
 fn last_view() -> Option<Arc<GraphView>> {
     THREAD_VIEW
-        .with(|v| v.borrow().as_ref().map(|(view, _)| view.clone()))
+        .with(|v| v.borrow().as_ref().map(|(view, ..)| view.clone()))
         .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())
 }
 
@@ -227,7 +227,7 @@ pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
     let failed = FAILED_NEED.with(core::cell::Cell::get);
     // This thread's own steps first: when its only step under a budget stopped as too small,
     // what it needed is the answer, not the graph another thread ran last.
-    let own = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(view, _)| view.clone()));
+    let own = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(view, ..)| view.clone()));
     let view = match own {
         Some(view) => Some(view),
         None if failed > 0 => None,

@@ -126,6 +126,9 @@ pub(super) struct Session {
     /// The op being recorded keeps a value the followed plan does not count: the step
     /// departs from the plan there.
     depart: bool,
+    /// An op of this step read a value recorded as a free side op, retaining nothing (NOTE
+    /// \[side-view\] in `mod.rs`); taken by the step's backward pass.
+    pub(super) free_side_read: bool,
     /// Compact when this many nodes are listed.
     compact_at: usize,
     /// The cached plan this step follows (planned mode), while its ops match.
@@ -148,6 +151,7 @@ impl Session {
             quiet: Vec::new(),
             read_outside: Vec::new(),
             depart: false,
+            free_side_read: false,
             compact_at: 1024,
             follow: None,
         }
@@ -170,6 +174,7 @@ impl Session {
             .collect();
         let mut fresh = Session::new(budget_id);
         fresh.compact_at = (2 * live.len()).max(1024);
+        fresh.free_side_read = self.free_side_read;
         let same_budget = budget_id == self.budget_id;
         if same_budget {
             fresh.raised = self.raised;
@@ -274,6 +279,13 @@ impl Session {
     fn raise(&mut self, need: u64) {
         let step = self.raised.saturating_add(self.raised / 4);
         self.raised = need.max(step).max(self.budget);
+    }
+
+    /// Lowers the raised bound back to the budget, once the step that raised it has ended
+    /// (NOTE \[forward-overflow\]: the step after a first step that went over the budget
+    /// ran online within the raised bound, 3.82 MB under a budget of 3.06 MB).
+    pub(super) fn lower_raised(&mut self) {
+        self.raised = self.budget;
     }
 
     /// An online planner resumed on `prefix` holding `held`, within the raised bytes (raised
@@ -436,6 +448,7 @@ pub(crate) fn read_outside(budget_id: u32, id: NodeId, kept: bool) {
         {
             session.read_outside.push(at);
             session.depart |= kept;
+            session.free_side_read |= kept;
         }
     });
 }
@@ -522,9 +535,11 @@ pub(crate) fn on_record<B: Backend>(
                 // under this budget, or (NOTE [plan-ahead]) a plan made for it now.
                 let last = THREAD_VIEW
                     .with(|v| v.borrow().clone())
-                    .filter(|(view, _)| !view.is_empty() && recorded_as(&entry, view.node(0)));
+                    .filter(|(view, ..)| !view.is_empty() && recorded_as(&entry, view.node(0)));
                 let plan = match last {
-                    Some((view, signature)) => match plans.get(signature, session.budget) {
+                    // NOTE [side-view]: that view is not this graph as recorded online.
+                    Some((.., true)) => return None,
+                    Some((view, signature, false)) => match plans.get(signature, session.budget) {
                         Some(plan) => plan,
                         None => plans.get_or_plan_shared(&view, session.budget).ok()?,
                     },
