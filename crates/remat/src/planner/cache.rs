@@ -212,6 +212,15 @@ impl PlanCache {
             .map(|e| e.view.clone())
     }
 
+    /// The view of a cached plan of the graph with `signature`, under any budget.
+    pub fn view_of(&self, signature: u64) -> Option<Arc<GraphView>> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.signature == signature)
+            .map(|e| e.view.clone())
+    }
+
     /// Caches a plan and returns it.
     pub fn insert(&mut self, view: GraphView, budget_bytes: u64, schedule: Schedule) -> CachedPlan {
         self.insert_shared(Arc::new(view), budget_bytes, schedule)

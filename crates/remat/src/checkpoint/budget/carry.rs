@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
 use super::session::SESSION;
-use super::{FAILED_NEED, LAST_VIEW, PLANS, Side, THREAD_VIEW, set_sides};
+use super::{FAILED_NEED, LAST_VIEW, PLANS, Side, THREAD_VIEW, set_next, set_sides};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
 use crate::planner::{self, Action, GraphView};
@@ -141,10 +141,19 @@ fn hand_over<'n>(
 /// Makes `view` (with its side ops) the graph this thread ran last, which the next step
 /// starting like it plans ahead from (NOTE \[plan-ahead\] in `mod.rs`), and the one
 /// [`tradeoff`](super::tradeoff) reads.
-/// `side_read`: an op of the step read a free side op (NOTE \[side-view\] in `mod.rs`).
-pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>, side_read: bool) {
+/// `side_read`: an op of the step read a free side op (NOTE \[side-view\] in `mod.rs`);
+/// `stopped`: the step stopped as too small (NOTE \[stopped-view\]).
+pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>, side_read: bool, stopped: bool) {
     let signature = planner::signature(&view);
     set_sides(signature, sides);
+    if let Some(before) = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(_, s, _)| *s)) {
+        // NOTE [next-graph].
+        set_next(before, signature);
+    }
+    if stopped {
+        // A step that stopped is retried (NOTE [next-graph]).
+        set_next(signature, signature);
+    }
     THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature, side_read)));
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
 }
@@ -178,7 +187,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
                     .insert_shared(view.clone(), pending.budget, schedule)
             });
         }
-        ran_last(view, pending.sides, pending.side_read);
+        ran_last(view, pending.sides, pending.side_read, false);
     }
     if !completed {
         return;

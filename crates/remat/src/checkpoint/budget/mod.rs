@@ -94,6 +94,9 @@ thread_local! {
     static FAILED_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
     /// The side ops of recent views (NOTE \[side-ops\]), oldest first.
     static SIDES: RefCell<Vec<(u64, Arc<[Side]>)>> = const { RefCell::new(Vec::new()) };
+    /// For graphs this thread ran under a budget, by signature: the graph that ran right
+    /// after it the last time (NOTE \[next-graph\]), at most [`PLANS_KEPT`].
+    static NEXT: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
     /// Plans for the steps this thread ran under a budget, by graph signature.
     static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
 }
@@ -112,6 +115,19 @@ thread_local! {
 // 1,000-block chain run after a 100-block one under the same budget followed the short
 // chain's plan and departed from it at its 500th op. A step that departs from the view
 // continues online, as with any plan.
+//
+// NOTE [next-graph]: a loop that alternates graphs starting with the same op (a GAN's two
+// steps, two losses trained in turn, Burn's `Lstm` and `Gru` on one input) followed the
+// other graph's plan at every step, the graph that ran last coming first: each step
+// departed from it (Burn's `Gru` with the loss on every output, alternating with the one on
+// its last output: 8,082 replays a step where its own plan replays 1,763; the `Lstm` on
+// every output held 1.17x the budget at every step). The thread notes, for each graph, the
+// one that ran right after it the last time, and a step starts from that graph's plan when
+// its first op matches (planned under this budget if need be); from nothing (online) when
+// that graph has no cached plan (a view not planned, NOTE [side-view], or one the cache
+// dropped); else as above. A loop of one graph, and one that changes budget, have that
+// graph after itself, as before; a step that stopped as too small has itself after it (it
+// is retried).
 //
 // NOTE [stopped-view]: a step that stops at `backward()` as too small is the graph the
 // thread ran last all the same, so the step after it plans ahead from its own graph. It was
@@ -183,6 +199,29 @@ fn sides_of(signature: u64) -> Arc<[Side]> {
             .find(|(s, _)| *s == signature)
             .map_or_else(|| Arc::from([]), |(_, list)| list.clone())
     })
+}
+
+/// The graph that ran right after the graph with signature `after` the last time it ran on
+/// this thread (NOTE \[next-graph\]).
+fn next_of(after: u64) -> Option<u64> {
+    NEXT.with(|next| {
+        next.borrow()
+            .iter()
+            .find(|(s, _)| *s == after)
+            .map(|&(_, next)| next)
+    })
+}
+
+/// Notes that the graph with signature `then` ran right after the one with `after`.
+fn set_next(after: u64, then: u64) {
+    NEXT.with(|next| {
+        let mut next = next.borrow_mut();
+        next.retain(|(s, _)| *s != after);
+        if next.len() == PLANS_KEPT {
+            next.remove(0);
+        }
+        next.push((after, then));
+    });
 }
 
 /// Notes the side ops of the view with `signature` (none: forgets any).

@@ -571,7 +571,7 @@ pub(crate) fn plan_pass(
                     }
                 }
                 // NOTE [stopped-view]: the next step plans ahead from this graph.
-                super::carry::ran_last(view.clone(), sides.clone(), side_read);
+                super::carry::ran_last(view.clone(), sides.clone(), side_read, true);
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {

@@ -24,7 +24,7 @@ use super::report::too_small;
 use smallvec::SmallVec;
 
 use super::entries::{Entries, position, view_node};
-use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, sides_of};
+use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, recorded_as};
 use crate::stats::KeepReason;
@@ -531,11 +531,34 @@ pub(crate) fn on_record<B: Backend>(
             // A new step: follow the plan of the last step run under this budget, if any.
             session.follow = PLANS.with(|plans| {
                 let mut plans = plans.borrow_mut();
+                let starts_like = |view: &planner::GraphView| {
+                    !view.is_empty() && recorded_as(&entry, view.node(0))
+                };
+                let last = THREAD_VIEW.with(|v| v.borrow().clone());
+                // NOTE [next-graph]: the graph that ran after the last one the last time.
+                if let Some((last_view, last_signature, side_read)) = &last
+                    && let Some(next) = next_of(*last_signature)
+                {
+                    let view = if next == *last_signature {
+                        (!side_read).then(|| last_view.clone())
+                    } else {
+                        plans.view_of(next)
+                    };
+                    match view {
+                        Some(view) if starts_like(&view) => {
+                            let plan = match plans.get(next, session.budget) {
+                                Some(plan) => plan,
+                                None => plans.get_or_plan_shared(&view, session.budget).ok()?,
+                            };
+                            return Some(Follow::new(plan));
+                        }
+                        Some(_) => {}
+                        None => return None,
+                    }
+                }
                 // The graph run last on this thread, where it starts like this step: its plan
                 // under this budget, or (NOTE [plan-ahead]) a plan made for it now.
-                let last = THREAD_VIEW
-                    .with(|v| v.borrow().clone())
-                    .filter(|(view, ..)| !view.is_empty() && recorded_as(&entry, view.node(0)));
+                let last = last.filter(|(view, ..)| starts_like(view));
                 let plan = match last {
                     // NOTE [side-view]: that view is not this graph as recorded online.
                     Some((.., true)) => return None,
