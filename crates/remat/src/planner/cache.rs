@@ -281,7 +281,21 @@ impl PlanCache {
         view: &Arc<GraphView>,
         budget_bytes: u64,
     ) -> Result<CachedPlan, Error> {
-        if let Some(entry) = self.get(signature(view), budget_bytes) {
+        self.get_or_plan_signed(view, signature(view), budget_bytes)
+    }
+
+    /// [`get_or_plan_shared`](Self::get_or_plan_shared) for a view whose signature is
+    /// known (not hashed again).
+    ///
+    /// # Errors
+    /// As [`plan`].
+    pub fn get_or_plan_signed(
+        &mut self,
+        view: &Arc<GraphView>,
+        signature: u64,
+        budget_bytes: u64,
+    ) -> Result<CachedPlan, Error> {
+        if let Some(entry) = self.get(signature, budget_bytes) {
             return Ok(entry);
         }
         let schedule = plan(view, budget_bytes)?;

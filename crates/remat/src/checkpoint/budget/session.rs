@@ -546,11 +546,8 @@ pub(crate) fn on_record<B: Backend>(
                     };
                     match view {
                         Some(view) if starts_like(&view) => {
-                            let plan = match plans.get(next, session.budget) {
-                                Some(plan) => plan,
-                                None => plans.get_or_plan_shared(&view, session.budget).ok()?,
-                            };
-                            return Some(Follow::new(plan));
+                            let plan = plans.get_or_plan_signed(&view, next, session.budget);
+                            return Some(Follow::new(plan.ok()?));
                         }
                         Some(_) => {}
                         None => return None,
@@ -562,10 +559,9 @@ pub(crate) fn on_record<B: Backend>(
                 let plan = match last {
                     // NOTE [side-view]: that view is not this graph as recorded online.
                     Some((.., true)) => return None,
-                    Some((view, signature, false)) => match plans.get(signature, session.budget) {
-                        Some(plan) => plan,
-                        None => plans.get_or_plan_shared(&view, session.budget).ok()?,
-                    },
+                    Some((view, signature, false)) => plans
+                        .get_or_plan_signed(&view, signature, session.budget)
+                        .ok()?,
                     None => match plans.most_recent_starting_with(session.budget, &entry) {
                         Some(plan) => plan.clone(),
                         None => {

@@ -2,7 +2,7 @@
 //! whatever the chain's length, plans valid at every budget, the grouped DP against one
 //! level over the whole chain, and Revolve's closed form on single-op chains.
 
-use super::chain;
+use super::{chain, keep_all};
 use crate::planner::blocks::{Stages, cuts};
 use crate::planner::rotor::{Rotor, min_budget};
 use crate::planner::{GraphView, Node, chain_plan, plan, revolve, simulate, smallest_budget};
@@ -125,9 +125,7 @@ fn recorded_models_at_low_budgets() {
     for (name, text) in recorded {
         let view: GraphView = text.parse().unwrap();
         let forward = view.forward_cost();
-        let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-            .unwrap()
-            .peak_bytes;
+        let all = keep_all(&view);
         let smallest = smallest_budget(&view);
         let stages = Stages::of(&view);
         eprintln!(
@@ -198,9 +196,7 @@ fn recorded_models_at_low_budgets() {
 #[test]
 fn the_mlp_at_5_percent_plans_the_optimum_of_one_activation() {
     let view: GraphView = include_str!("views/mlp.view").parse().unwrap();
-    let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-        .unwrap()
-        .peak_bytes;
+    let all = keep_all(&view);
     let five = all * 5 / 100;
     let fixed: u64 = view.nodes().iter().map(|n| n.fixed_bytes).sum();
     let value = view.node(1).bytes;
@@ -707,9 +703,7 @@ fn a_chain_that_hands_two_values_to_each_step_is_planned_by_tuples() {
         cuts(&tupled.view).is_some(),
         "the augmented view has stages"
     );
-    let keep_all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-        .unwrap()
-        .peak_bytes;
+    let keep_all = keep_all(&view);
     let forward = view.forward_cost();
     for share in [0.1, 0.2, 0.3, 0.5] {
         let budget = (keep_all as f64 * share) as u64;
@@ -733,9 +727,7 @@ fn a_chain_that_hands_two_values_to_each_step_is_planned_by_tuples() {
 fn burn_s_lstm_is_planned_by_its_tuples_below_a_sixth_of_its_bytes() {
     let view: GraphView = include_str!("views/lstm32.view").parse().unwrap();
     assert!(crate::planner::tuples::tupled(&view).is_some());
-    let keep_all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-        .unwrap()
-        .peak_bytes;
+    let keep_all = keep_all(&view);
     let forward = view.forward_cost();
     for (percent, passes) in [(11, 20.0), (13, 4.0), (15, 2.5)] {
         let budget = keep_all * percent / 100;
@@ -755,9 +747,7 @@ fn burn_s_lstm_is_planned_by_its_tuples_below_a_sixth_of_its_bytes() {
 #[test]
 fn burn_s_lstm_resumes_by_its_tuples() {
     let view: GraphView = include_str!("views/lstm32.view").parse().unwrap();
-    let keep_all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-        .unwrap()
-        .peak_bytes;
+    let keep_all = keep_all(&view);
     let budget = keep_all * 13 / 100;
     let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], budget)
         .expect("resumes from the lean state");
@@ -776,9 +766,7 @@ fn an_lstm_s_stacked_output_read_by_the_loss_is_held_until_the_loss_steps() {
     let view: GraphView = include_str!("views/lstm32_every_output.view")
         .parse()
         .unwrap();
-    let all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-        .unwrap()
-        .peak_bytes;
+    let all = keep_all(&view);
     for (percent, most) in [(35u64, 1_300u64), (30, 3_000)] {
         let budget = all * percent / 100;
         let schedule = plan(&view, budget).expect("a plan above the smallest budget");
@@ -804,9 +792,7 @@ fn a_gru_s_stacked_output_is_rebuilt_from_the_lean_state_within_the_budget() {
     let view: GraphView = include_str!("views/gru32_every_output.view")
         .parse()
         .unwrap();
-    let keep_all = simulate(&view, &plan(&view, u64::MAX).unwrap(), u64::MAX)
-        .unwrap()
-        .peak_bytes;
+    let keep_all = keep_all(&view);
     let forward = view.forward_cost();
     for percent in [60, 50] {
         let budget = keep_all * percent / 100;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{Flavor, Rng, chain, random_view};
+use super::{Flavor, Rng, chain, keep_all, random_view};
 use crate::planner::analysis::Analysis;
 use crate::planner::exec::{self, Strategy};
 use crate::planner::{
@@ -59,12 +59,6 @@ fn checked_run(
 fn lean(view: &GraphView, budget: u64) -> Result<Schedule, Error> {
     let analysis = Arc::new(Analysis::new(view));
     exec::run(view, &analysis, Strategy::Lean, budget).map(|(a, _, _)| Schedule::new(a))
-}
-
-/// The peak when everything that is read is kept (the top of the budget ladder).
-fn keep_all(view: &GraphView) -> u64 {
-    let schedule = plan(view, u64::MAX).expect("an unlimited budget always fits");
-    simulate(view, &schedule, u64::MAX).unwrap().peak_bytes
 }
 
 /// Budgets from the smallest feasible to keep-all.

@@ -194,3 +194,11 @@ pub(super) fn transformer(layers: u32) -> GraphView {
     push(Node::new("loss", 4, 100.0).inputs([x]).step_reads([x]));
     GraphView::new(nodes).expect("a transformer view is valid")
 }
+
+/// The peak when everything that is read is kept (the top of the budget ladder).
+pub(super) fn keep_all(view: &GraphView) -> u64 {
+    let schedule = crate::planner::plan(view, u64::MAX).expect("an unlimited budget always fits");
+    crate::planner::simulate(view, &schedule, u64::MAX)
+        .unwrap()
+        .peak_bytes
+}
