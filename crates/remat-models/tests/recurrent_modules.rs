@@ -16,6 +16,8 @@
 //! - A module on every output run after the same module on its last output (the first step
 //!   follows the other graph's plan and departs at the loss), and two graphs that start with
 //!   the same op run in turn (NOTE [next-graph]).
+//! - The first step under a new budget of a known graph, planned before its first op: the
+//!   planner's memory is that step's heap (NOTE [planner-memory]).
 //!
 //! Each budget is a share of what SaveAll's step holds after its forward pass (K, by the
 //! allocator). Asserted: gradients bit-identical to SaveAll's; the later steps follow one
@@ -296,6 +298,63 @@ fn lstm_of_a_realistic_size_keeps_near_issue_34_s_heap_rule() {
 #[test]
 fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
     check(Model::LstmLast, &[(50, 1.2), (25, 1.0)]);
+}
+
+/// NOTE [planner-memory] in `planner/rotor.rs`: the first step under a new budget of a graph
+/// the thread ran (here after a step under `Budget(u64::MAX)`, the way README picks a
+/// budget) is planned before its first op (NOTE [plan-ahead]), so the planner's memory is
+/// that step's heap too. The chain DP's tables were 2 KiB an op, at least 16 MiB, and the
+/// exact solver of small stages kept dense tables (13.8 MB at 14 ops; NOTE [sparse-exact]
+/// in `planner/exact.rs`): on 128 steps that first step peaked at 2.6-3.8x SaveAll's heap
+/// where the next ones peak at 0.65-0.95x. Asserted for Burn's `Lstm` and `Gru`, the loss
+/// on the last and on every output, at half and a quarter of K: the first step's peak is
+/// within a tenth of SaveAll's of the planned steps', with SaveAll's gradients.
+#[test]
+fn a_new_budget_s_first_step_peaks_as_its_planned_steps_do() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (net, x) = lstm_and_input();
+    for model in [
+        Model::LstmLast,
+        Model::LstmAll,
+        Model::GruLast,
+        Model::GruAll,
+    ] {
+        // A thread each: the thread's last graph is this one's (after another graph's
+        // plan, a step departs: NOTE [departed-step]).
+        std::thread::scope(|scope| {
+            scope.spawn(|| first_step_against_planned(&net, &x, model));
+        });
+    }
+}
+
+/// [`a_new_budget_s_first_step_peaks_as_its_planned_steps_do`] for one model, on a thread
+/// that ran no other.
+fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
+    one_measured_thread();
+    step(net, model, x, Policy::SaveAll);
+    let save_all = step(net, model, x, Policy::SaveAll);
+    step(net, model, x, Policy::Budget(u64::MAX));
+    for percent in [50, 25] {
+        let budget = save_all.kept as u64 * percent / 100;
+        let runs: Vec<Step> = (0..3)
+            .map(|_| step(net, model, x, Policy::Budget(budget)))
+            .collect();
+        for run in &runs {
+            assert_like_save_all(run, &save_all, budget, &format!("{model:?}"));
+        }
+        let p = save_all.peak as f64;
+        let (first, planned) = (runs[0].peak as f64 / p, runs[2].peak as f64 / p);
+        eprintln!(
+            "{model:?} at {percent}% of K: the first step peaked at {first:.2}x SaveAll's \
+             heap, the third at {planned:.2}x ({} and {} replays)",
+            runs[0].replays, runs[2].replays
+        );
+        assert!(
+            first <= planned + 0.1,
+            "{model:?} at {percent}% of K: the first step under the budget peaked at \
+             {first:.2}x SaveAll's heap, its planned steps at {planned:.2}x"
+        );
+    }
 }
 
 /// NOTE [replay-plan]: the Gru's first step at half of SaveAll's bytes runs (the whole-step

@@ -1,9 +1,10 @@
 //! An exact solver for small views (at most 16 nodes): Dijkstra over states (backward
-//! position, set of held values) under the same cost model as `simulate`, in dense tables.
-//! The planner uses it for views of at most [`PLAN_MAX_NODES`] nodes (their optimum, in
-//! about a millisecond); the tests measure the other generators against it. Its [`Problem`]
-//! (the view as bit masks, the moves out of a state) is also the search of larger views
-//! (`search.rs`, NOTE \[exact-search\]).
+//! position, set of held values) under the same cost model as `simulate`. The planner uses
+//! it for views of at most [`PLAN_MAX_NODES`] nodes (their optimum, in about a millisecond),
+//! keeping only the states it reaches (NOTE \[sparse-exact\]); the tests' solvers
+//! (`optimum`, `min_budget`) use dense tables and measure the other generators against it.
+//! Its [`Problem`] (the view as bit masks, the moves out of a state) is also the search of
+//! larger views (`search.rs`, NOTE \[exact-search\]).
 //!
 //! - The forward pass keeps a set `K` (each value at the latest moment it is in hand, which
 //!   dominates keeping it earlier): its held bytes at the end are `bytes(K)` plus every
@@ -16,7 +17,7 @@
 //! - Forced marks and replayability are the simulator's rules.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::mask::Mask;
 use super::{Action, Forced, GraphView, Schedule};
@@ -377,13 +378,17 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     }
     let problem = Problem::dense(view);
     let n = problem.n;
-    let states = (n + 1) << n;
-    let mut dist = vec![f64::INFINITY; states];
-    // The state each one was reached from, and how (`None`: a start).
-    let mut from: Vec<Option<(u32, Move)>> = vec![None; states];
+    // NOTE [sparse-exact]: the states reached, not a dense table. The planner runs inside
+    // the step it plans for, so its scratch is the process's memory too: dense tables of
+    // `(n + 1) 2^n` states took 13.8 MB at 14 nodes (a cost and a move each), 10 MB of an
+    // Lstm's first step under a budget whose whole step held 6 MB under SaveAll, where
+    // Dijkstra reached 2% of the states (at most 5,029 on Burn's Lstm's stages).
+    // Each reached state: its cost so far and the state it was reached from, and how
+    // (`None`: a start).
+    let mut reached: HashMap<u32, (f64, Option<(u32, Move)>)> = HashMap::new();
     let mut heap = BinaryHeap::new();
     problem.starts(budget, |set| {
-        dist[problem.index(0, set)] = 0.0;
+        reached.insert(problem.index(0, set) as u32, (0.0, None));
         heap.push(Entry::dijkstra(0.0, (0, set)));
     });
     let mut end = None;
@@ -393,8 +398,8 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
         ..
     }) = heap.pop()
     {
-        let here = problem.index(p, set);
-        if d > dist[here] {
+        let here = problem.index(p, set) as u32;
+        if d > reached[&here].0 {
             continue;
         }
         if p == n {
@@ -402,10 +407,10 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
             break;
         }
         problem.transitions(p, set, budget, false, |q, next, c, how| {
-            let k = problem.index(q, next);
-            if d + c < dist[k] {
-                dist[k] = d + c;
-                from[k] = Some((here as u32, how));
+            let k = problem.index(q, next) as u32;
+            let better = reached.get(&k).is_none_or(|&(dist, _)| d + c < dist);
+            if better {
+                reached.insert(k, (d + c, Some((here, how))));
                 heap.push(Entry::dijkstra(d + c, (q, next)));
             }
         });
@@ -413,16 +418,16 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     // Walk back to the start: the moves, last first.
     let mut k = end?;
     let mut moves = Vec::new();
-    while let Some((prev, how)) = from[k] {
+    while let Some((prev, how)) = reached[&k].1 {
         let (p, set) = (
             prev as usize >> n,
             Mask::from_low(prev as usize & ((1 << n) - 1)),
         );
         moves.push((p, set, how));
-        k = prev as usize;
+        k = prev;
     }
     moves.reverse();
-    let kept = Mask::from_low(k & ((1 << n) - 1));
+    let kept = Mask::from_low(k as usize & ((1 << n) - 1));
     Some(problem.schedule(view, kept, &moves))
 }
 

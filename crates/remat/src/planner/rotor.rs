@@ -150,25 +150,53 @@ const INF: f64 = f64::INFINITY;
 // bounds. At full resolution they took 35-44 MB planning a 400-block recurrence of 80 KB
 // matrices under budgets of 1.6 to 32 MB: the first step's heap peaked at 1.3x SaveAll's
 // whatever the budget. The tables of one solve may now take at most [`table_cap`]: half the
-// room, [`MIN_TABLE_CAP`] or [`TABLE_BYTES_PER_OP`] per op, whichever is most (the floors
-// keep the level cuts that long chains at tight budgets need: NOTE \[level-cuts\], and a
-// step's graph holds several hundred bytes an op anyway). The chain is solved once at 1/32 of the
-// units, its tables' peak counted (they grow linearly with the units), and then at the units
-// that peak affords, at most the full resolution. Coarser units cost a little plan quality
-// on long chains at large budgets, never validity (boundaries round up).
+// room, [`MIN_TABLE_CAP`], or a quarter of what the view's steps read (what keeping all
+// holds), whichever is most. The last keeps the level cuts that long chains at tight
+// budgets need (NOTE \[level-cuts\]; a 10,000-block power iteration of 32 KB matrices one
+// slot above its smallest budget replays 92.5 forward passes, 503 with 13 MB of tables)
+// while the tables stay a share of SaveAll's own peak. It was 2 KiB an op with a floor of
+// 16 MiB: Burn's Lstm and Gru on 4 KiB values (128 steps, about 6 MB at SaveAll's peak)
+// took 9-15 MB of tables at the first step under a new budget, and that step's heap peaked
+// at 2.6-3.8x SaveAll's where its planned steps peak at 0.65-0.95x; now it peaks within
+// 0.05x of them (`a_new_budget_s_first_step_peaks_as_its_planned_steps_do` in
+// `remat-models`), for 0-4% more replays, 29% on the Lstm on every output at a quarter of
+// K (4,431 -> 5,714 a step). The chain is solved once at 1/32 of the units, its tables'
+// peak counted (they grow linearly with the units), and then at the units that peak
+// affords, at most the full resolution. Coarser units cost plan quality on long chains,
+// never validity (boundaries round up).
 
 /// The least memory the tables of one solve may take (NOTE \[planner-memory\]).
-const MIN_TABLE_CAP: u64 = 16 << 20;
+const MIN_TABLE_CAP: u64 = 256 << 10;
 
-/// Table bytes a solve may take per op of the view (NOTE \[planner-memory\]).
-const TABLE_BYTES_PER_OP: u64 = 2048;
+/// The share of the bytes steps read (what keeping all holds) the tables of one solve may
+/// take (NOTE \[planner-memory\]).
+const TABLE_SHARE_OF_KEPT: u64 = 4;
 
-/// The memory the DP's tables may take for a room of `room` bytes in a view of `ops` ops
-/// (NOTE \[planner-memory\]).
-pub(crate) fn table_cap(room: u64, ops: usize) -> u64 {
+/// The memory the DP's tables may take for a room of `room` bytes in a view whose steps
+/// read values of `kept` bytes in all (NOTE \[planner-memory\]).
+pub(crate) fn table_cap(room: u64, kept: u64) -> u64 {
     (room / 2)
         .max(MIN_TABLE_CAP)
-        .max(TABLE_BYTES_PER_OP.saturating_mul(ops as u64))
+        .max(kept / TABLE_SHARE_OF_KEPT)
+}
+
+/// Bytes of the values some step of `view` reads: what keeping all holds for backward.
+/// Zero-cost nodes are left out: the tuples of NOTE \[tuple-cuts\] weigh their members,
+/// and Burn's `Gru` on its last output has its stacked output (512 KiB at 128 steps) in
+/// every tuple, read by every step: 69 MB where its steps read 3.1 MB.
+fn step_read_bytes(view: &GraphView) -> u64 {
+    let mut read = vec![false; view.len()];
+    for node in view.nodes() {
+        for &v in &node.step_reads {
+            read[v as usize] = true;
+        }
+    }
+    view.nodes()
+        .iter()
+        .zip(read)
+        .filter(|(node, read)| *read && node.cost > 0.0)
+        .map(|(node, _)| node.bytes)
+        .sum()
 }
 
 /// The share of the full resolution's units the probe solves at (NOTE \[planner-memory\]).
@@ -732,7 +760,7 @@ impl<'a> Rotor<'a> {
         let room = budget.checked_sub(fixed)?.min(all);
         // NOTE [planner-memory]: a probe at `PROBE` of the units, then the units its tables'
         // peak affords within the cap (the probe itself where that is about as many).
-        let cap = table_cap(room, view.len());
+        let cap = table_cap(room, step_read_bytes(view));
         let before = TableMeter::start();
         let probe = Self::solve_at(view, stages, room, group, lean, PROBE, cap);
         let probe_peak = TableMeter::peak().saturating_sub(before);

@@ -682,7 +682,8 @@ fn a_run_that_has_lost_is_abandoned_on_large_graphs() {
 #[test]
 fn a_long_general_chain_plans_near_revolve() {
     // 100k ops alternating a step that reads its input (`sin`) and one that reads nothing
-    // (`mul_scalar`), unequal costs and sizes, room for 100 values: too long for the chain
+    // (`mul_scalar`), unequal costs and sizes (4 and 3 KiB: with 4 and 3 bytes, the DP's
+    // tables got only NOTE [planner-memory]'s floor), room for 100 values: too long for the chain
     // DP, the planner takes Revolve's schedule (blind to costs) as its bound. Measured: the
     // executor's run abandoned against it, 19 million work units, about 1 s (planning such
     // a chain in the engine took 147 s before).
@@ -693,7 +694,7 @@ fn a_long_general_chain_plans_near_revolve() {
             let reads = if i % 2 == 0 { inputs.clone() } else { vec![] };
             Node::new(
                 ["sin", "mul"][i as usize % 2],
-                4 - u64::from(i % 2),
+                (4 - u64::from(i % 2)) << 10,
                 1.0 + f64::from(i % 2),
             )
             .inputs(inputs)
@@ -701,7 +702,7 @@ fn a_long_general_chain_plans_near_revolve() {
         })
         .collect();
     let view = GraphView::new(nodes).unwrap();
-    let budget = 100 * 4;
+    let budget = 100 * (4 << 10);
     let (schedule, work) = crate::planner::plan::plan_counted(&view, budget).unwrap();
     let outcome = simulate(&view, &schedule, budget).unwrap();
     let revolve = crate::planner::revolve::replays(u64::from(n), 100).unwrap();
