@@ -16,8 +16,9 @@
 //! - A module on every output run after the same module on its last output (the first step
 //!   follows the other graph's plan and departs at the loss), and two graphs that start with
 //!   the same op run in turn (NOTE [next-graph]).
-//! - The first step under a new budget of a known graph, planned before its first op: the
-//!   planner's memory is that step's heap (NOTE [planner-memory]).
+//! - A graph's first step under a budget (online) and its first step under a new budget
+//!   (planned before its first op) against its planned steps: the planner's memory and the
+//!   online session's are that step's heap (NOTE [planner-memory], NOTE [pass-compaction]).
 //!
 //! Each budget is a share of what SaveAll's step holds after its forward pass (K, by the
 //! allocator). Asserted: gradients bit-identical to SaveAll's; the later steps follow one
@@ -301,14 +302,19 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
 }
 
 /// NOTE [planner-memory] in `planner/rotor.rs`: the first step under a new budget of a graph
-/// the thread ran (here after a step under `Budget(u64::MAX)`, the way README picks a
-/// budget) is planned before its first op (NOTE [plan-ahead]), so the planner's memory is
-/// that step's heap too. The chain DP's tables were 2 KiB an op, at least 16 MiB, and the
-/// exact solver of small stages kept dense tables (13.8 MB at 14 ops; NOTE [sparse-exact]
-/// in `planner/exact.rs`): on 128 steps that first step peaked at 2.6-3.8x SaveAll's heap
-/// where the next ones peak at 0.65-0.95x. Asserted for Burn's `Lstm` and `Gru`, the loss
-/// on the last and on every output, at half and a quarter of K: the first step's peak is
-/// within a tenth of SaveAll's of the planned steps', with SaveAll's gradients.
+/// the thread ran is planned before its first op (NOTE [plan-ahead]), so the planner's
+/// memory is that step's heap too. The chain DP's tables were 2 KiB an op, at least 16 MiB,
+/// and the exact solver of small stages kept dense tables (13.8 MB at 14 ops; NOTE
+/// [sparse-exact] in `planner/exact.rs`): on 128 steps that first step peaked at 2.6-3.8x
+/// SaveAll's heap where the next ones peak at 0.65-0.95x. The graph's very first step under
+/// a budget runs online and peaked at 3.4-4.4x: the same tables, and the session's online
+/// planner and entries held beside the pass's planning and copied by compactions (NOTE
+/// [pass-compaction] in `checkpoint/budget/pass.rs`, NOTE [no-op-compaction] in
+/// `session.rs`); now 1.45-1.57x, its planned steps 0.90-1.02x (FIXME [tape-bytes]).
+/// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at a
+/// quarter of K, the first step's peak (planned ahead from the half-of-K steps' view) is
+/// within a tenth of SaveAll's of the planned steps'; at half of K, the graph's first step
+/// is within 0.8 of it; every step has SaveAll's gradients, within the budget.
 #[test]
 fn a_new_budget_s_first_step_peaks_as_its_planned_steps_do() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -333,7 +339,6 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
     one_measured_thread();
     step(net, model, x, Policy::SaveAll);
     let save_all = step(net, model, x, Policy::SaveAll);
-    step(net, model, x, Policy::Budget(u64::MAX));
     for percent in [50, 25] {
         let budget = save_all.kept as u64 * percent / 100;
         let runs: Vec<Step> = (0..3)
@@ -349,8 +354,10 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
              heap, the third at {planned:.2}x ({} and {} replays)",
             runs[0].replays, runs[2].replays
         );
+        // The graph's first step under any budget runs online (FIXME [tape-bytes]).
+        let over = if percent == 50 { 0.8 } else { 0.1 };
         assert!(
-            first <= planned + 0.1,
+            first <= planned + over,
             "{model:?} at {percent}% of K: the first step under the budget peaked at \
              {first:.2}x SaveAll's heap, its planned steps at {planned:.2}x"
         );

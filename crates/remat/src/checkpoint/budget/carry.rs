@@ -167,44 +167,43 @@ pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>, side_read: bool
 ///
 /// [`tradeoff`]: super::tradeoff
 pub(crate) fn after_pass(pending: Pending, completed: bool) {
-    {
-        let view = if cost::replay_samples() == pending.samples {
-            pending.view
-        } else {
-            let mut nodes = pending.view.nodes().to_vec();
-            smooth_costs(&mut nodes, pending.backend);
-            GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
-                .map_or(pending.view, Arc::new)
-        };
-        if completed
-            && pending.plan
-            && !pending.side_read
-            && let Ok(schedule) = planner::plan(&view, pending.budget)
-        {
-            PLANS.with(|plans| {
-                plans
-                    .borrow_mut()
-                    .insert_shared(view.clone(), pending.budget, schedule)
-            });
-        }
-        ran_last(view, pending.sides, pending.side_read, false);
-    }
-    if !completed {
-        return;
-    }
-    FAILED_NEED.with(|need| need.set(0));
-    SESSION.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if let Some(session) = cell.as_mut() {
-            let budget_id = session.budget_id;
-            // NOTE [forward-overflow]: the raised bound was the step's own; the next step
-            // starts within the budget.
-            session.lower_raised();
-            if session.compact(budget_id).is_err() {
-                // Live graphs of this thread pass the budget: the next op recorded under it
-                // reports it.
-                *cell = None;
+    if completed {
+        FAILED_NEED.with(|need| need.set(0));
+        // Compacted before the next steps' plan is made: the session's planner and entries
+        // of the pass's nodes are freed first (NOTE [pass-compaction] in `pass.rs`).
+        SESSION.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if let Some(session) = cell.as_mut() {
+                let budget_id = session.budget_id;
+                // NOTE [forward-overflow]: the raised bound was the step's own; the next step
+                // starts within the budget.
+                session.lower_raised();
+                if session.compact(budget_id).is_err() {
+                    // Live graphs of this thread pass the budget: the next op recorded under
+                    // it reports it.
+                    *cell = None;
+                }
             }
-        }
-    });
+        });
+    }
+    let view = if cost::replay_samples() == pending.samples {
+        pending.view
+    } else {
+        let mut nodes = pending.view.nodes().to_vec();
+        smooth_costs(&mut nodes, pending.backend);
+        GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
+            .map_or(pending.view, Arc::new)
+    };
+    if completed
+        && pending.plan
+        && !pending.side_read
+        && let Ok(schedule) = planner::plan(&view, pending.budget)
+    {
+        PLANS.with(|plans| {
+            plans
+                .borrow_mut()
+                .insert_shared(view.clone(), pending.budget, schedule)
+        });
+    }
+    ran_last(view, pending.sides, pending.side_read, false);
 }

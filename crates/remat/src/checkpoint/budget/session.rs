@@ -172,10 +172,21 @@ impl Session {
             .filter_map(|(i, h)| h.upgrade().map(|n| (i, n)))
             .filter(|(_, n)| !n.is_consumed())
             .collect();
+        let same_budget = budget_id == self.budget_id;
+        // NOTE [no-op-compaction]: a session that grew with nothing to forget (a long forward
+        // pass) is kept as it is. Rebuilt, it was copied twice more beside itself (the
+        // entries, and the planner resumed on a copy of them): 2.1 MB at the forward pass's
+        // peak of Burn's `Lstm` under a budget (128 steps; SaveAll's step peaks at 6.1 MB).
+        if same_budget && live.len() == self.handles.len() {
+            self.compact_at = (2 * live.len()).max(1024);
+            return Ok(());
+        }
+        // Freed before the new one is made.
+        self.release_planner();
+        let mut listed = std::mem::take(self.nodes.listed());
         let mut fresh = Session::new(budget_id);
         fresh.compact_at = (2 * live.len()).max(1024);
         fresh.free_side_read = self.free_side_read;
-        let same_budget = budget_id == self.budget_id;
         if same_budget {
             fresh.raised = self.raised;
         }
@@ -183,7 +194,7 @@ impl Session {
             *self = fresh;
             return Ok(());
         }
-        let mut remap = vec![u32::MAX; self.nodes.len()];
+        let mut remap = vec![u32::MAX; listed.len()];
         for (new, (old, _)) in live.iter().enumerate() {
             remap[*old] = new as u32;
         }
@@ -196,7 +207,7 @@ impl Session {
         let mut prefix = Vec::with_capacity(live.len());
         let mut held = Vec::new();
         for (new, (old, node)) in live.iter().enumerate() {
-            let mut entry = self.nodes.get(*old).into_owned();
+            let mut entry = std::mem::replace(&mut listed[*old], planner::Node::new("", 0, 0.0));
             entry.inputs = keep(&entry.inputs);
             entry.step_reads = keep(&entry.step_reads);
             prefix.push(entry);
@@ -279,6 +290,13 @@ impl Session {
     fn raise(&mut self, need: u64) {
         let step = self.raised.saturating_add(self.raised / 4);
         self.raised = need.max(step).max(self.budget);
+    }
+
+    /// Frees the online planner of a session whose ops a backward pass claimed: the pass does
+    /// not record, and [`Session::compact`] resumes a planner on the nodes still live (NOTE
+    /// \[pass-compaction\] in `pass.rs`).
+    pub(super) fn release_planner(&mut self) {
+        self.dtr = Dtr::new(self.raised);
     }
 
     /// Lowers the raised bound back to the budget, once the step that raised it has ended
