@@ -270,20 +270,22 @@ fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Ve
 
 /// Issue 34's heap rule, `b + 1.1 (P - K + G) + 256 KiB`, on an `Lstm` of a realistic size
 /// (batch 32, input 64, hidden 256, 64 steps: 32 KiB values, where the graph's bookkeeping
-/// weighs less than on 4 KiB ones). Measured (release): at 50%, 25% and 10% of K the heap
-/// peaked at 0.63x, 0.47x and 0.34x SaveAll's, 0.94x, 1.04x and 1.07x the rule, replaying
-/// 705, 1,772 and 3,466 ops a step (827, 2,018 and 7,183 while the input slices were
-/// charged twice: NOTE [shared-release]; the plans use the room that freed, so the heap at
-/// 10% is a little higher).
+/// weighs less than on 4 KiB ones). Measured (release, 2026-12-05): at 50%, 25% and 10% of
+/// K the planned steps' heap peaked at 0.63x, 0.44x and 0.31x SaveAll's, 0.94x, 0.98x and
+/// 0.98x the rule (debug: 0.95x, 0.99x, 0.98x), replaying 705, 1,772 and 3,291 ops a step.
+/// On 0b45296, before NOTE [planner-memory]'s cap and NOTE [pass-compaction], 25% and 10%
+/// peaked at 1.04x and 1.07x the rule (3,466 replays at 10%), and before NOTE
+/// [shared-release] the plans replayed 827, 2,018 and 7,183.
+/// The first step under half of K (online) peaked at 0.81x SaveAll's, 1.21x the rule
+/// (FIXME [tape-bytes]); it is not asserted here.
 #[test]
 fn lstm_of_a_realistic_size_keeps_near_issue_34_s_heap_rule() {
     let real = Sizes(32, 64, 256);
     let shares = [(50, 0.7), (25, 0.55), (10, 0.4)];
     let outcomes = check_at(real, 64, Model::LstmLast, &shares);
     for ((percent, _), (replays, over_rule)) in shares.iter().zip(outcomes) {
-        let bound = if *percent == 50 { 1.0 } else { 1.1 };
         assert!(
-            over_rule <= bound,
+            over_rule <= 1.0,
             "{percent}% of K: the heap peaked at {over_rule:.2}x issue 34's rule"
         );
         // At 10%: 112 a time step, about three forward passes of its 37 ops.
