@@ -12,7 +12,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
-use super::session::SESSION;
+use super::session::compact_thread_session;
 use super::{FAILED_NEED, LAST_VIEW, PLANS, Side, THREAD_VIEW, set_next, set_sides};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
@@ -171,20 +171,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         FAILED_NEED.with(|need| need.set(0));
         // Compacted before the next steps' plan is made: the session's planner and entries
         // of the pass's nodes are freed first (NOTE [pass-compaction] in `pass.rs`).
-        SESSION.with(|cell| {
-            let mut cell = cell.borrow_mut();
-            if let Some(session) = cell.as_mut() {
-                let budget_id = session.budget_id;
-                // NOTE [forward-overflow]: the raised bound was the step's own; the next step
-                // starts within the budget.
-                session.lower_raised();
-                if session.compact(budget_id).is_err() {
-                    // Live graphs of this thread pass the budget: the next op recorded under
-                    // it reports it.
-                    *cell = None;
-                }
-            }
-        });
+        compact_thread_session(true);
     }
     let view = if cost::replay_samples() == pending.samples {
         pending.view

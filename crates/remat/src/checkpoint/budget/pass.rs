@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 use super::entries::Entries;
 use super::report::too_small;
-use super::session::SESSION;
+use super::session::{SESSION, compact_thread_session};
 use super::{LAST_BUDGET, PLANS, Side, bytes_of, estimate};
 use crate::checkpoint::cost;
 use crate::graph::{GraphNode, IdBuildHasher, NodeId, ScheduleEntry};
@@ -153,9 +153,6 @@ fn charge_last_holders(nodes: &mut [planner::Node], described: &[ScheduleEntry],
 /// The session's `nodes` without its side ops (NOTE \[side-ops\] in `mod.rs`), renumbered;
 /// `None` when a node reads a side op.
 fn without_sides(nodes: &[planner::Node], sides: &[Side]) -> Option<Vec<planner::Node>> {
-    if sides.is_empty() {
-        return Some(nodes.to_vec());
-    }
     let mut number = vec![u32::MAX; nodes.len()];
     let mut next = 0;
     let mut k = 0;
@@ -455,17 +452,7 @@ pub(crate) fn plan_pass(
     // is compacted here, before the pass plans, not once it ends. Held beside the view and
     // the pass's own planning, they were 3.3 MB of the first step's heap on Burn's `Lstm`
     // under half of K (128 steps; SaveAll's step peaks at 6.1 MB).
-    SESSION.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if let Some(session) = cell.as_mut() {
-            let budget_id = session.budget_id;
-            if session.compact(budget_id).is_err() {
-                // Live graphs of this thread pass the budget: the next op recorded under it
-                // reports it.
-                *cell = None;
-            }
-        }
-    });
+    compact_thread_session(false);
     let signature = planner::signature(&view);
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.

@@ -260,6 +260,25 @@ impl Session {
     }
 }
 
+/// Compacts this thread's session: forgets the nodes a backward pass consumed and those that
+/// died. With `step_ended`, the bound the step's forward pass raised ends first (NOTE
+/// \[forward-overflow\]: the next step starts within the budget). When the live graphs pass
+/// the budget the session is dropped, and the next op recorded under it reports it.
+pub(super) fn compact_thread_session(step_ended: bool) {
+    SESSION.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if let Some(session) = cell.as_mut() {
+            if step_ended {
+                session.lower_raised();
+            }
+            let budget_id = session.budget_id;
+            if session.compact(budget_id).is_err() {
+                *cell = None;
+            }
+        }
+    });
+}
+
 // NOTE [forward-overflow]: online, before the step's graph is known, the forward pass can
 // find that the values it cannot drop pass the budget: constants, values that cannot be
 // rebuilt, or what online eviction cannot avoid (Burn's `Lstm` at a tenth of its bytes: the
@@ -302,7 +321,7 @@ impl Session {
     /// Lowers the raised bound back to the budget, once the step that raised it has ended
     /// (NOTE \[forward-overflow\]: the step after a first step that went over the budget
     /// ran online within the raised bound, 3.82 MB under a budget of 3.06 MB).
-    pub(super) fn lower_raised(&mut self) {
+    fn lower_raised(&mut self) {
         self.raised = self.budget;
     }
 
