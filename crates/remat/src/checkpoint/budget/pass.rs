@@ -329,9 +329,9 @@ pub(crate) fn plan_pass(
         // NOTE [pass-compaction]: when every op of the session is the pass's, its entries
         // are taken, not copied (the compaction below forgets them).
         let view = followed_view.map(Ok).or_else(|| {
-            let listed = session.nodes.listed();
             aligned
                 .then(|| {
+                    let listed = session.nodes.listed();
                     if sides.is_empty() {
                         Some(std::mem::take(listed))
                     } else {
