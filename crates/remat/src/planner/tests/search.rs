@@ -108,6 +108,11 @@ fn a_two_layer_transformer_plans_within_two_percent_of_its_optimum() {
 /// layers: many equal choices of what to drop), with a bound at or above the recompute
 /// bound (50%: 0.276 passes, planned 0.307).
 #[test]
+// Exhaustive search: 40 s in debug; the test command runs it in release (step 5).
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release only: the test command runs it in release"
+)]
 fn the_plans_of_the_recorded_views_are_the_optimum_where_the_search_finds_it() {
     let mut report = String::new();
     let mut found_at = Vec::new();
@@ -184,6 +189,11 @@ fn mib(view: &GraphView) -> GraphView {
 /// at worst 1.41x; random DAGs with several inputs an op are where the heuristics leave
 /// recompute behind.
 #[test]
+// Exhaustive search: 40 s in debug; the test command runs it in release (step 5).
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release only: the test command runs it in release"
+)]
 fn the_planner_against_the_optimum_of_mid_sized_random_views() {
     let mut rng = Rng::new(29);
     let (mut found_cases, mut optimal, mut within) = (0, 0, 0);
