@@ -201,13 +201,22 @@ fn lstm_and_input_of(Sizes(batch, input, hidden): Sizes, seq: usize) -> (Net, Te
 fn check(model: Model, shares: &[(u64, f64)]) -> Vec<u64> {
     check_at(SMALL, steps(), model, shares)
         .into_iter()
-        .map(|(replays, _)| replays)
+        .map(|outcome| outcome.replays)
         .collect()
 }
 
-/// [`check`] on modules of `sizes` over `seq` steps; returns each share's replays a step and
-/// its heap peak over issue 34's rule (`b + 1.1 (P - K + G) + 256 KiB`).
-fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Vec<(u64, f64)> {
+/// What [`check_at`] measured at one share of K.
+struct Outcome {
+    /// Replays of a planned step.
+    replays: u64,
+    /// A planned step's heap peak over issue 34's rule (`b + 1.1 (P - K + G) + 256 KiB`).
+    over_rule: f64,
+    /// The first step's (online at the first share, planned ahead at later ones).
+    first_over_rule: f64,
+}
+
+/// [`check`] on modules of `sizes` over `seq` steps; returns what each share measured.
+fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Vec<Outcome> {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     one_measured_thread();
     let (net, x) = lstm_and_input_of(sizes, seq);
@@ -246,12 +255,14 @@ fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Ve
             + 262_144.0;
         eprintln!(
             "{model:?} {sizes:?} {seq} steps at {percent}% of K ({budget} bytes): heap peak {:.2}x \
-             SaveAll's ({} / {}), {:.2}x issue 34's rule ({rule:.0}), {} replays a step",
+             SaveAll's ({} / {}), {:.2}x issue 34's rule ({rule:.0}), {} replays a step; the \
+             first step {:.2}x the rule",
             ratio,
             runs[2].peak,
             save_all.peak,
             runs[2].peak as f64 / rule,
-            runs[2].replays
+            runs[2].replays,
+            runs[0].peak as f64 / rule
         );
         // Debug builds keep more per op (each evicted value's shape and dtype).
         let bound = if cfg!(debug_assertions) {
@@ -263,7 +274,11 @@ fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Ve
             ratio <= bound,
             "{model:?} at {percent}%: a planned step's heap peaked at {ratio:.2}x SaveAll's"
         );
-        replays.push((runs[2].replays, runs[2].peak as f64 / rule));
+        replays.push(Outcome {
+            replays: runs[2].replays,
+            over_rule: runs[2].peak as f64 / rule,
+            first_over_rule: runs[0].peak as f64 / rule,
+        });
     }
     replays
 }
@@ -276,17 +291,33 @@ fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Ve
 /// On 0b45296, before NOTE [planner-memory]'s cap and NOTE [pass-compaction], 25% and 10%
 /// peaked at 1.04x and 1.07x the rule (3,466 replays at 10%), and before NOTE
 /// [shared-release] the plans replayed 827, 2,018 and 7,183.
-/// The first step under half of K (online) peaked at 0.81x SaveAll's, 1.21x the rule
-/// (FIXME [tape-bytes]); it is not asserted here.
+/// The graph's first step, under half of K, runs online: it peaked at 0.81x SaveAll's, 1.21x
+/// the rule, holding a clone of each needed input while its op ran, so that Flex's
+/// `slice_assign` copied the 2 MiB stacked output at every step (NOTE [in-place-forward]);
+/// now 0.70x, 1.05x. The first steps at 25% and 10% are planned before their first op: 1.01x
+/// and 1.00x the rule.
 #[test]
 fn lstm_of_a_realistic_size_keeps_near_issue_34_s_heap_rule() {
     let real = Sizes(32, 64, 256);
     let shares = [(50, 0.7), (25, 0.55), (10, 0.4)];
     let outcomes = check_at(real, 64, Model::LstmLast, &shares);
-    for ((percent, _), (replays, over_rule)) in shares.iter().zip(outcomes) {
+    for ((percent, _), outcome) in shares.iter().zip(outcomes) {
+        let Outcome {
+            replays,
+            over_rule,
+            first_over_rule,
+        } = outcome;
         assert!(
             over_rule <= 1.0,
             "{percent}% of K: the heap peaked at {over_rule:.2}x issue 34's rule"
+        );
+        // The first share's first step runs online (FIXME [tape-bytes]); the others' are
+        // planned ahead, with the planner's memory (measured 1.01x and 1.00x).
+        let first_bound = if *percent == 50 { 1.1 } else { 1.05 };
+        assert!(
+            first_over_rule <= first_bound,
+            "{percent}% of K: the first step's heap peaked at {first_over_rule:.2}x issue 34's \
+             rule"
         );
         // At 10%: 112 a time step, about three forward passes of its 37 ops.
         assert!(
@@ -312,11 +343,15 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
 /// a budget runs online and peaked at 3.4-4.4x: the same tables, and the session's online
 /// planner and entries held beside the pass's planning and copied by compactions (NOTE
 /// [pass-compaction] in `checkpoint/budget/pass.rs`, NOTE [no-op-compaction] in
-/// `session.rs`); now 1.45-1.57x, its planned steps 0.90-1.02x (FIXME [tape-bytes]).
+/// `session.rs`); then 1.45-1.57x, and 1.36-1.42x once the pass's online planner resumed
+/// over the view's nodes rather than a copy (`Dtr::resume_over`) and the forward pass held
+/// in hand only the inputs its planner may keep (NOTE [in-place-forward] in `session.rs`);
+/// its planned steps 0.90-1.02x (FIXME [tape-bytes]).
 /// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at a
 /// quarter of K, the first step's peak (planned ahead from the half-of-K steps' view) is
 /// within a tenth of SaveAll's of the planned steps'; at half of K, the graph's first step
-/// is within 0.8 of it; every step has SaveAll's gradients, within the budget.
+/// is within 0.6 of it (measured: at most 0.50); every step has SaveAll's gradients, within
+/// the budget.
 #[test]
 fn a_new_budget_s_first_step_peaks_as_its_planned_steps_do() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -357,7 +392,7 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
             runs[0].replays, runs[2].replays
         );
         // The graph's first step under any budget runs online (FIXME [tape-bytes]).
-        let over = if percent == 50 { 0.8 } else { 0.1 };
+        let over = if percent == 50 { 0.6 } else { 0.1 };
         assert!(
             first <= planned + over,
             "{model:?} at {percent}% of K: the first step under the budget peaked at \

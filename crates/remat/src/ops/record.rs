@@ -275,7 +275,22 @@ fn decide_and_reserve<B: Backend, R: Rule<B>>(
     // NOTE [in-place-forward] in `checkpoint/budget/session.rs`: following a plan, only the
     // inputs it keeps here are held while the op runs.
     let upcoming = if follows_plan && decision.placement.budget != 0 {
-        budget::upcoming(decision.placement.budget, info.name)
+        let budget_id = decision.placement.budget;
+        let reads_of: SmallVec<[budget::InputRead; 2]> = inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, input)| {
+                let parent = (*input)?.node.as_ref()?;
+                (parent.kind == NodeKind::Op && parent.placement.budget == budget_id).then(|| {
+                    budget::InputRead {
+                        producer: parent.id,
+                        by_step: reads.has_input(i),
+                        by_replay: decision.placement.recompute && rule.replay_input(i),
+                    }
+                })
+            })
+            .collect();
+        budget::upcoming(budget_id, info.name, &reads_of)
     } else {
         budget::Upcoming::default()
     };

@@ -15,17 +15,20 @@
 //!   recorded so far ([`simulate`](super::simulate) accepts the whole once the step ends).
 //! - Values that cannot be rebuilt (not replayable, or forced to Keep) are never evicted.
 
+use std::borrow::Cow;
+
 use super::exec::{Exec, Strategy};
 use super::{Action, Error, GraphView, Node, Schedule, min_feasible_budget};
 
-/// DTR, online: see the module docs.
-pub struct Dtr {
-    exec: Exec<'static>,
+/// DTR, online: see the module docs. `'a` is the lifetime of the nodes it was resumed over
+/// ([`Dtr::resume_over`]); a `Dtr` that owns its nodes is a `Dtr<'static>`.
+pub struct Dtr<'a> {
+    exec: Exec<'a>,
     /// Where the actions of the current event start.
     mark: usize,
 }
 
-impl Dtr {
+impl Dtr<'static> {
     /// An empty step under `budget_bytes`.
     pub fn new(budget_bytes: u64) -> Self {
         Self {
@@ -44,16 +47,33 @@ impl Dtr {
     /// out of range; [`Error::Infeasible`] (a lower bound) when what is held already passes
     /// the budget.
     pub fn resume(budget_bytes: u64, prefix: Vec<Node>, held: &[u32]) -> Result<Self, Error> {
+        Dtr::resume_over(budget_bytes, Cow::Owned(prefix), held)
+    }
+}
+
+impl<'a> Dtr<'a> {
+    /// [`Dtr::resume`] over `prefix` as it is, borrowed or owned: a borrowed prefix is not
+    /// copied (the backward pass of a step run online resumes over its view's nodes).
+    ///
+    /// # Errors
+    /// As [`Dtr::resume`].
+    pub fn resume_over(
+        budget_bytes: u64,
+        prefix: Cow<'a, [Node]>,
+        held: &[u32],
+    ) -> Result<Self, Error> {
         if let Some(&v) = held.iter().find(|&&v| v as usize >= prefix.len()) {
             return Err(Error::InvalidView {
                 node: Some(v),
                 reason: "a held value that the prefix does not record".into(),
             });
         }
-        let mut exec = Exec::online(Strategy::Dtr, budget_bytes);
-        for (j, node) in prefix.into_iter().enumerate() {
-            exec.adopt(node, held.contains(&(j as u32)))?;
+        let mut mask = vec![false; prefix.len()];
+        for &v in held {
+            mask[v as usize] = true;
         }
+        let mut exec = Exec::online_over(Strategy::Dtr, budget_bytes, prefix);
+        exec.adopt_given(&mask)?;
         exec.settle_lost();
         if exec.held_bytes() > budget_bytes {
             return Err(Error::Infeasible {
@@ -77,6 +97,21 @@ impl Dtr {
         self.mark = self.exec.actions().len();
         self.exec.record(node)?;
         Ok(&self.exec.actions()[self.mark..])
+    }
+
+    /// Before the next op is recorded: whether [`Dtr::on_compute`] may keep `value`, one of
+    /// that op's inputs, at that op (`false` only where it surely does not), given whether
+    /// the op's step reads it and whether a replay of the op reads it (the op replayable).
+    /// The engine holds in hand, while the op runs, only the inputs it may keep, so that an
+    /// inner kernel may work in place on the others.
+    pub fn may_keep_at_next(&self, value: u32, read_by_its_step: bool, replay_input: bool) -> bool {
+        self.exec
+            .may_keep_at_next(value, read_by_its_step, replay_input)
+    }
+
+    /// The ops recorded so far.
+    pub fn recorded(&self) -> usize {
+        self.exec.len()
     }
 
     /// Notes that value `value` was read (it becomes less stale).

@@ -73,7 +73,9 @@ use crate::planner::{GraphView, PlanCache};
 pub(crate) use carry::{after_pass, carry_out};
 pub(crate) use pass::{PassActions, Pending, pass_budget, plan_pass};
 pub use report::{BudgetError, check_budget, tradeoff, try_with_budget};
-pub(crate) use session::{Recorded, Upcoming, dropped, on_record, read_outside, reserve, upcoming};
+pub(crate) use session::{
+    InputRead, Recorded, Upcoming, dropped, on_record, read_outside, reserve, upcoming,
+};
 
 /// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
 static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());

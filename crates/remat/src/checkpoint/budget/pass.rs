@@ -10,6 +10,7 @@
 //! - The actions returned name positions in the pass's order, not the view's indices.
 
 use std::any::TypeId;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -733,7 +734,9 @@ fn attempt_plan(
     held: &[u32],
     limit: f64,
 ) -> Result<Option<Chunks>, planner::Error> {
-    let mut dtr = Dtr::resume(budget, nodes.to_vec(), held)?;
+    // Over the view's nodes, not a copy of them (0.9 MB of the first step's peak on Burn's
+    // `Lstm`, 128 steps: the step's own heap was 6.1 MB).
+    let mut dtr = Dtr::resume_over(budget, Cow::Borrowed(nodes), held)?;
     let mut ranges: Vec<Range<u32>> = vec![0..0; len];
     let mut actions = dtr.begin_backward(step_order.to_vec())?.to_vec();
     let mut start = 0;

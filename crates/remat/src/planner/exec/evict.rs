@@ -286,16 +286,14 @@ mod tests {
     #[test]
     fn a_rebuild_counts_each_evicted_class_of_its_inputs_once() {
         // a -> b -> c, and d reading a and b; nothing held but d.
-        let mut exec = Exec::online(Strategy::Dtr, u64::MAX);
         let nodes = [
-            (Node::new("a", 8, 1.0), false),
-            (Node::new("b", 8, 2.0).inputs([0]), false),
-            (Node::new("c", 8, 4.0).inputs([1]), false),
-            (Node::new("d", 8, 8.0).inputs([0, 1]), true),
+            Node::new("a", 8, 1.0),
+            Node::new("b", 8, 2.0).inputs([0]),
+            Node::new("c", 8, 4.0).inputs([1]),
+            Node::new("d", 8, 8.0).inputs([0, 1]),
         ];
-        for (node, held) in nodes {
-            exec.adopt(node, held).unwrap();
-        }
+        let mut exec = Exec::online_over(Strategy::Dtr, u64::MAX, (&nodes[..]).into());
+        exec.adopt_given(&[false, false, false, true]).unwrap();
         assert_eq!(exec.held_bytes(), 8);
         // a, b and c are one class (DTR's: joined through their edges), whose cost counts
         // once although d reads two of its members.

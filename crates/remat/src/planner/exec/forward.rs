@@ -1,4 +1,4 @@
-//! The executor's forward pass: each op appended ([`Exec::record`] online, [`Exec::adopt`]
+//! The executor's forward pass: each op appended ([`Exec::record`] online, [`Exec::adopt_given`]
 //! for the state another plan left), then run ([`Exec::compute`]): its constants find room,
 //! and the values it has in hand are kept, or not, as they become needed (NOTE \[need\]).
 
@@ -8,39 +8,54 @@ use crate::planner::simulate::for_each_distinct;
 use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, Forced, Node};
 
+/// Checks that `node` may be appended as node `j`: it reads earlier nodes only, its step
+/// no later one, its cost is finite, and a forced replay is a possible one.
+fn check_appended(node: &Node, j: u32) -> Result<(), Error> {
+    let invalid = |reason: String| Error::InvalidView {
+        node: Some(j),
+        reason,
+    };
+    if let Some(&u) = node.inputs.iter().find(|&&u| u >= j) {
+        return Err(invalid(format!("input {u} is not an earlier node")));
+    }
+    if let Some(&u) = node.step_reads.iter().find(|&&u| u > j) {
+        return Err(invalid(format!("its step reads node {u}, a later node")));
+    }
+    if !node.cost.is_finite() || node.cost < 0.0 {
+        return Err(invalid(format!(
+            "cost {} is not a finite cost >= 0",
+            node.cost
+        )));
+    }
+    if node.forced == Some(Forced::Recompute) && !node.replayable {
+        return Err(invalid(
+            "it is forced to Recompute but cannot be replayed".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Exec<'_> {
     /// Appends `node` (online) and counts what it needs, without running it.
     fn append(&mut self, node: Node) -> Result<u32, Error> {
-        let j = self.nodes.len();
-        let invalid = |reason: String| Error::InvalidView {
-            node: Some(j as u32),
-            reason,
-        };
-        if let Some(&u) = node.inputs.iter().find(|&&u| u as usize >= j) {
-            return Err(invalid(format!("input {u} is not an earlier node")));
-        }
-        if let Some(&u) = node.step_reads.iter().find(|&&u| u as usize > j) {
-            return Err(invalid(format!("its step reads node {u}, a later node")));
-        }
-        if !node.cost.is_finite() || node.cost < 0.0 {
-            return Err(invalid(format!(
-                "cost {} is not a finite cost >= 0",
-                node.cost
-            )));
-        }
-        if node.forced == Some(Forced::Recompute) && !node.replayable {
-            return Err(invalid(
-                "it is forced to Recompute but cannot be replayed".into(),
-            ));
-        }
-        let releaser = node.releaser(j as u32) as usize;
+        let j = self.nodes.len() as u32;
+        check_appended(&node, j)?;
+        self.nodes.to_mut().push(node);
+        self.link(j);
+        Ok(j)
+    }
+
+    /// Counts what node `j` (the newest linked) needs: its constants' releaser, its
+    /// consumers, the steps that read values and the values its replays need.
+    fn link(&mut self, j: u32) {
+        let node = &self.nodes[j as usize];
+        let releaser = node.releaser(j) as usize;
+        let fixed = node.fixed_bytes;
         if releaser >= self.released.len() {
             self.released.resize(releaser + 1, 0);
         }
-        self.released[releaser] += node.fixed_bytes;
-        self.nodes.to_mut().push(node);
-        self.grow(j + 1);
-        let j = j as u32;
+        self.released[releaser] += fixed;
+        self.grow(j as usize + 1);
         let node = &self.nodes[j as usize];
         for_each_distinct(&node.inputs, |u| self.consumers[u as usize].push(j));
         let replayable_consumer = rebuildable(node);
@@ -51,7 +66,6 @@ impl Exec<'_> {
         if replayable_consumer {
             for_each_distinct(&node.inputs, |u| self.need[u as usize] += 1);
         }
-        Ok(j)
     }
 
     /// Appends `node` (online) and runs its forward op.
@@ -92,10 +106,21 @@ impl Exec<'_> {
         }
     }
 
-    /// Appends `node` (online) as already computed, with its value held or not, without
+    /// Takes every node the executor was made with (`Exec::online_over`: borrowed or owned,
+    /// not copied) as already computed, node `j`'s value held where `held[j]`, without
     /// deciding anything: the state another plan left (see `Dtr::resume`).
-    pub(crate) fn adopt(&mut self, node: Node, held: bool) -> Result<u32, Error> {
-        let j = self.append(node)?;
+    pub(crate) fn adopt_given(&mut self, held: &[bool]) -> Result<(), Error> {
+        debug_assert_eq!(self.computed, 0, "remat internal error: adopted twice");
+        for j in 0..self.nodes.len() as u32 {
+            check_appended(&self.nodes[j as usize], j)?;
+            self.link(j);
+            self.adopted(j, held[j as usize]);
+        }
+        Ok(())
+    }
+
+    /// Notes the linked node `j` as computed, its value held or not.
+    fn adopted(&mut self, j: u32, held: bool) {
         self.computed = j + 1;
         self.now += 1;
         self.held_bytes += self.node(j).fixed_bytes;
@@ -106,7 +131,6 @@ impl Exec<'_> {
         } else {
             self.mark_evicted(j);
         }
-        Ok(j)
     }
 
     /// Runs forward op `j` (all earlier ops ran).
@@ -233,10 +257,48 @@ impl Exec<'_> {
             && self.need[u as usize] > 0
     }
 
+    /// Online, before the next op is recorded: whether [`Exec::record`] may keep `u`, one of
+    /// that op's inputs, at that op, where the op's step reads `u` (`read_by_its_step`) and
+    /// a replay of the op reads it (`replay_input`: the op is replayable and `u` is one of
+    /// its replay inputs). `false` only where the op's `compute` would not keep it: `u` is
+    /// not in its hand, was offered already, or is not wanted with the counts the op adds
+    /// (NOTE [in-place-forward] in `checkpoint/budget/session.rs`). A planned run, a run in
+    /// its backward pass or an unknown `u` answers `true`.
+    pub(crate) fn may_keep_at_next(
+        &self,
+        u: u32,
+        read_by_its_step: bool,
+        replay_input: bool,
+    ) -> bool {
+        if self.planned || self.in_backward || u as usize >= self.nodes.len() {
+            return true;
+        }
+        if !read_by_its_step && !replay_input {
+            return false;
+        }
+        if self.offered[u as usize] {
+            return false;
+        }
+        if self.pinned_now[u as usize] {
+            return true;
+        }
+        let step = u32::from(read_by_its_step);
+        self.wants_keep_given(
+            u,
+            self.need[u as usize] + step + u32::from(replay_input),
+            self.reads_known[u as usize] + step,
+        )
+    }
+
     /// Whether value `u`, in hand in the forward pass, should be kept now.
     fn wants_keep(&self, u: u32) -> bool {
+        self.wants_keep_given(u, self.need[u as usize], self.reads_known[u as usize])
+    }
+
+    /// [`Exec::wants_keep`] with `need` and `reads_known` as `u`'s counts.
+    fn wants_keep_given(&self, u: u32, need: u32, reads_known: u32) -> bool {
         let node = self.node(u);
-        if node.forced == Some(Forced::Recompute) || self.need[u as usize] == 0 {
+        if node.forced == Some(Forced::Recompute) || need == 0 {
             return false;
         }
         if !rebuildable(node) || node.inputs.iter().any(|&x| self.lost[x as usize]) {
@@ -251,7 +313,7 @@ impl Exec<'_> {
         }
         let read_by_a_step = match &self.analysis {
             Some(a) if self.planned => !a.read_positions[u as usize].is_empty(),
-            _ => self.reads_known[u as usize] > 0,
+            _ => reads_known > 0,
         };
         read_by_a_step || self.keep_sources
     }

@@ -174,6 +174,12 @@ impl<'a> Exec<'a> {
         Exec::with_nodes(strategy, budget, Cow::Owned(Vec::new()), None, None)
     }
 
+    /// An online executor over `nodes`, none of them appended yet: `Exec::adopt_given`
+    /// adopts them all, borrowed or owned as given.
+    pub(crate) fn online_over(strategy: Strategy, budget: u64, nodes: Cow<'a, [Node]>) -> Self {
+        Exec::with_nodes(strategy, budget, nodes, None, None)
+    }
+
     /// An executor that knows the whole graph from the start.
     pub(crate) fn planned(
         view: &'a GraphView,
