@@ -294,8 +294,9 @@ fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Ve
 /// The graph's first step, under half of K, runs online: it peaked at 0.81x SaveAll's, 1.21x
 /// the rule, holding a clone of each needed input while its op ran, so that Flex's
 /// `slice_assign` copied the 2 MiB stacked output at every step (NOTE [in-place-forward]);
-/// now 0.70x, 1.05x. The first steps at 25% and 10% are planned before their first op: 1.01x
-/// and 1.00x the rule.
+/// now 0.70x, 1.05x, and 1.02x once the session lent its entries to its online planner (NOTE
+/// [lent-entries] in `entries.rs`). The first steps at 25% and 10% are planned before their
+/// first op: 1.01x and 1.00x the rule.
 #[test]
 fn lstm_of_a_realistic_size_keeps_near_issue_34_s_heap_rule() {
     let real = Sizes(32, 64, 256);
@@ -343,10 +344,11 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
 /// a budget runs online and peaked at 3.4-4.4x: the same tables, and the session's online
 /// planner and entries held beside the pass's planning and copied by compactions (NOTE
 /// [pass-compaction] in `checkpoint/budget/pass.rs`, NOTE [no-op-compaction] in
-/// `session.rs`); then 1.45-1.57x, and 1.36-1.42x once the pass's online planner resumed
-/// over the view's nodes rather than a copy (`Dtr::resume_over`) and the forward pass held
-/// in hand only the inputs its planner may keep (NOTE [in-place-forward] in `session.rs`);
-/// its planned steps 0.90-1.02x (FIXME [tape-bytes]).
+/// `session.rs`); then 1.45-1.57x, and 1.30-1.42x once the pass's online planner resumed
+/// over the view's nodes rather than a copy (`Dtr::resume_over`), the forward pass held in
+/// hand only the inputs its planner may keep (NOTE [in-place-forward] in `session.rs`) and
+/// the session lent its entries to its online planner (NOTE [lent-entries] in
+/// `entries.rs`); its planned steps 0.90-1.02x (FIXME [tape-bytes]).
 /// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at a
 /// quarter of K, the first step's peak (planned ahead from the half-of-K steps' view) is
 /// within a tenth of SaveAll's of the planned steps'; at half of K, the graph's first step

@@ -47,7 +47,28 @@ impl Dtr<'static> {
     /// out of range; [`Error::Infeasible`] (a lower bound) when what is held already passes
     /// the budget.
     pub fn resume(budget_bytes: u64, prefix: Vec<Node>, held: &[u32]) -> Result<Self, Error> {
-        Dtr::resume_over(budget_bytes, Cow::Owned(prefix), held)
+        Dtr::resume_or_return(budget_bytes, prefix, held).map_err(|(error, _)| error)
+    }
+
+    /// [`Dtr::resume`], handing `prefix` back with the error, so that a caller that tries
+    /// again (another budget, fewer values held) need not copy it first.
+    ///
+    /// # Errors
+    /// As [`Dtr::resume`], with `prefix`.
+    pub fn resume_or_return(
+        budget_bytes: u64,
+        prefix: Vec<Node>,
+        held: &[u32],
+    ) -> Result<Self, (Error, Vec<Node>)> {
+        match Dtr::resume_checked(budget_bytes, Cow::Owned(prefix), held) {
+            Ok(dtr) => Ok(dtr),
+            Err((error, nodes)) => Err((error, nodes.into_owned())),
+        }
+    }
+
+    /// The nodes of the ops recorded (or resumed over), in order: the planner is spent.
+    pub fn into_nodes(self) -> Vec<Node> {
+        self.exec.into_node_list().into_owned()
     }
 }
 
@@ -62,25 +83,39 @@ impl<'a> Dtr<'a> {
         prefix: Cow<'a, [Node]>,
         held: &[u32],
     ) -> Result<Self, Error> {
-        if let Some(&v) = held.iter().find(|&&v| v as usize >= prefix.len()) {
-            return Err(Error::InvalidView {
+        Dtr::resume_checked(budget_bytes, prefix, held).map_err(|(error, _)| error)
+    }
+
+    /// [`Dtr::resume_over`], handing `prefix` back on an error.
+    fn resume_checked(
+        budget_bytes: u64,
+        prefix: Cow<'a, [Node]>,
+        held: &[u32],
+    ) -> Result<Self, (Error, Cow<'a, [Node]>)> {
+        let mut exec = Exec::online_over(Strategy::Dtr, budget_bytes, prefix);
+        let len = exec.len();
+        if let Some(&v) = held.iter().find(|&&v| v as usize >= len) {
+            let error = Error::InvalidView {
                 node: Some(v),
                 reason: "a held value that the prefix does not record".into(),
-            });
+            };
+            return Err((error, exec.into_node_list()));
         }
-        let mut mask = vec![false; prefix.len()];
+        let mut mask = vec![false; len];
         for &v in held {
             mask[v as usize] = true;
         }
-        let mut exec = Exec::online_over(Strategy::Dtr, budget_bytes, prefix);
-        exec.adopt_given(&mask)?;
+        if let Err(error) = exec.adopt_given(&mask) {
+            return Err((error, exec.into_node_list()));
+        }
         exec.settle_lost();
         if exec.held_bytes() > budget_bytes {
-            return Err(Error::Infeasible {
+            let error = Error::Infeasible {
                 budget_bytes,
                 min_budget_bytes: exec.held_bytes(),
                 lower_bound: true,
-            });
+            };
+            return Err((error, exec.into_node_list()));
         }
         let mark = exec.actions().len();
         Ok(Self { exec, mark })

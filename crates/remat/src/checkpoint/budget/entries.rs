@@ -24,11 +24,22 @@ use crate::planner::{self, GraphView};
 // cost, not this step's measurement: under `OpCosts::Measured` the times of a step that
 // followed its plan are not measured again.
 
+// NOTE [lent-entries]: online, the session's planner (`Dtr`) holds the planner's node of
+// every op it is fed, and the session held a second copy of each in its entries: about 180
+// bytes an op, 0.85 MB at the forward pass's end of Burn's `Lstm` under half of K (128 steps,
+// 4,737 ops; SaveAll's step peaks at 6.1 MB), where a graph's first step under a budget
+// peaks. Online, the entries now lend their nodes to the planner and keep only their
+// number; whoever reads them takes them back first (`Session::reclaim`: the pass as it
+// starts, a compaction), and the planner that held them is then replaced.
+
 /// The planner's node of each recorded op, by session position (see the module docs).
 #[derive(Default)]
 pub(super) struct Entries {
     listed: Vec<planner::Node>,
     followed: Option<Followed>,
+    /// NOTE \[lent-entries\]: the number of entries whose nodes the session's online planner
+    /// holds (`listed` is then empty and nothing is followed).
+    lent: Option<usize>,
 }
 
 impl From<Vec<planner::Node>> for Entries {
@@ -36,6 +47,7 @@ impl From<Vec<planner::Node>> for Entries {
         Self {
             listed,
             followed: None,
+            lent: None,
         }
     }
 }
@@ -70,10 +82,62 @@ pub(super) fn position(sides: &[Side], v: u32) -> u32 {
 impl Entries {
     /// The number of entries.
     pub(super) fn len(&self) -> usize {
-        match &self.followed {
-            Some(followed) => followed.len as usize,
-            None => self.listed.len(),
+        match (&self.followed, self.lent) {
+            (_, Some(lent)) => lent,
+            (Some(followed), None) => followed.len as usize,
+            (None, None) => self.listed.len(),
         }
+    }
+
+    /// `n` entries whose nodes the online planner holds (NOTE \[lent-entries\]).
+    pub(super) fn lent(n: usize) -> Self {
+        Self {
+            listed: Vec::new(),
+            followed: None,
+            lent: Some(n),
+        }
+    }
+
+    /// Whether the online planner holds the entries' nodes.
+    pub(super) fn is_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    /// Whether the next entry may be lent to the online planner: the entries are lent, or
+    /// there are none and none is followed.
+    pub(super) fn lendable(&self) -> bool {
+        self.lent.is_some() || (self.listed.is_empty() && self.followed.is_none())
+    }
+
+    /// Appends an entry whose node the online planner holds (see [`lendable`](Self::lendable)).
+    pub(super) fn push_lent(&mut self) {
+        debug_assert!(
+            self.lendable(),
+            "remat internal error: an entry lent among listed ones"
+        );
+        self.lent = Some(self.lent.unwrap_or(0) + 1);
+    }
+
+    /// Takes back the nodes lent to the online planner (all of them, in order).
+    ///
+    /// # Panics
+    /// When `nodes` are not as many as the entries lent.
+    pub(super) fn reclaim(&mut self, nodes: Vec<planner::Node>) {
+        let lent = self.lent.take();
+        assert_eq!(
+            lent,
+            Some(nodes.len()),
+            "remat internal error: the online planner holds other entries than were lent"
+        );
+        self.listed = nodes;
+    }
+
+    /// Panics where the entries are lent: their nodes are the online planner's.
+    fn not_lent(&self) {
+        assert!(
+            self.lent.is_none(),
+            "remat internal error: the session's entries are read while lent to its planner"
+        );
     }
 
     /// Whether there is no entry.
@@ -92,6 +156,7 @@ impl Entries {
             self.is_empty(),
             "remat internal error: a step started following a plan after its first op"
         );
+        self.lent = None;
         self.followed = Some(Followed {
             view,
             sides,
@@ -103,6 +168,7 @@ impl Entries {
 
     /// Appends `entry`; while following, it is the view's node or side op at its position.
     pub(super) fn push(&mut self, entry: planner::Node) {
+        self.not_lent();
         let Some(followed) = &mut self.followed else {
             self.listed.push(entry);
             return;
@@ -122,6 +188,7 @@ impl Entries {
     /// The node stored for the entry at `at`, with the side ops its node lists are to be
     /// renumbered past (`None`: they are session positions already).
     fn stored(&self, at: usize) -> (&planner::Node, Option<&[Side]>) {
+        self.not_lent();
         match &self.followed {
             None => (&self.listed[at], None),
             Some(followed) => match view_node(&followed.sides, at as u32) {
@@ -186,6 +253,7 @@ impl Entries {
     /// The entries as a list, made now where the step followed a plan (see the module
     /// docs): appending to it no longer follows.
     pub(super) fn listed(&mut self) -> &mut Vec<planner::Node> {
+        self.not_lent();
         if self.followed.is_some() {
             let listed = (0..self.len())
                 .map(|at| self.get(at).into_owned())
@@ -287,6 +355,42 @@ mod tests {
                 Err(k) => assert_eq!(sides[k].at, at),
             }
         }
+    }
+
+    /// NOTE [lent-entries]: lent entries are counted, read only once taken back, and taken
+    /// back whole.
+    #[test]
+    fn lent_entries_are_counted_and_taken_back_whole() {
+        let mut entries = Entries::default();
+        assert!(entries.lendable());
+        entries.push_lent();
+        entries.push_lent();
+        entries.push_lent();
+        assert!(entries.is_lent() && entries.lendable());
+        assert_eq!(entries.len(), 3);
+        entries.reclaim(chain());
+        assert!(!entries.is_lent() && !entries.lendable());
+        assert_eq!(entries.len(), 3);
+        assert_eq!(*entries.get(2), chain()[2]);
+        assert_eq!(entries.fixed_bytes(2), 16);
+        let mut lent = Entries::lent(2);
+        assert_eq!(lent.len(), 2);
+        // A followed step starts from no entry, lent or not.
+        let mut none = Entries::lent(0);
+        none.follow(Arc::new(GraphView::new(chain()).unwrap()), Arc::from([]));
+        assert!(!none.is_lent() && !none.lendable());
+        let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            lent.reclaim(chain());
+        }));
+        assert!(taken.is_err(), "three nodes taken back for two entries");
+    }
+
+    #[test]
+    #[should_panic(expected = "while lent to its planner")]
+    fn lent_entries_are_not_read_in_place() {
+        let mut entries = Entries::default();
+        entries.push_lent();
+        let _ = entries.cost(0);
     }
 
     #[test]

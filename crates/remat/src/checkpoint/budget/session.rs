@@ -219,9 +219,11 @@ impl Session {
             fresh.quiet.push(self.quiet[*old]);
             fresh.index.insert(self.ids[*old], new as u32);
         }
-        fresh.dtr = match Dtr::resume(fresh.raised, prefix.clone(), &held) {
+        // NOTE [lent-entries]: the live entries' nodes go to the resumed planner, not a copy.
+        let len = prefix.len();
+        fresh.dtr = match Dtr::resume_or_return(fresh.raised, prefix, &held) {
             Ok(dtr) => dtr,
-            Err(_) => {
+            Err((_, prefix)) => {
                 // The live graphs hold more than the (new) budget: evict what can be rebuilt
                 // and take over from there.
                 let mut pinned = Vec::new();
@@ -234,27 +236,25 @@ impl Session {
                         pinned.push(v);
                     }
                 }
-                match Dtr::resume(fresh.raised, prefix.clone(), &pinned) {
+                match Dtr::resume_or_return(fresh.raised, prefix, &pinned) {
                     Ok(dtr) => dtr,
                     // NOTE [forward-overflow]: the step's own forward pass goes on.
-                    Err(error) if same_budget => {
+                    Err((error, prefix)) if same_budget => {
                         fresh.raise(need_of(&error));
-                        fresh.resumed(prefix.clone(), &pinned)
+                        fresh.resumed(prefix, &pinned)
                     }
-                    Err(error) => {
+                    Err((error, _)) => {
                         *self = Session::new(budget_id);
                         return Err(error);
                     }
                 }
             }
         };
-        fresh.nodes = Entries::from(prefix);
+        fresh.nodes = Entries::lent(len);
         fresh.read_outside = keep(&self.read_outside);
-        // A step following a plan keeps following it when nothing was forgotten (the
-        // indices, the plan's node numbers, are unchanged) under the same budget.
-        if live.len() == self.handles.len() && budget_id == self.budget_id {
-            fresh.follow = self.follow.take();
-        }
+        // A step following a plan is never rebuilt here: with nothing forgotten under the
+        // same budget, the session is kept as it is (above), and otherwise it stops
+        // following.
         *self = fresh;
         Ok(())
     }
@@ -315,7 +315,21 @@ impl Session {
     /// not record, and [`Session::compact`] resumes a planner on the nodes still live (NOTE
     /// \[pass-compaction\] in `pass.rs`).
     pub(super) fn release_planner(&mut self) {
-        self.dtr = Dtr::new(self.raised);
+        let spent = std::mem::replace(&mut self.dtr, Dtr::new(self.raised));
+        if self.nodes.is_lent() {
+            // NOTE [lent-entries]: the entries' nodes come back from it.
+            self.nodes.reclaim(spent.into_nodes());
+        }
+    }
+
+    /// Goes online from the state the session holds now (`held`): the entries' nodes are
+    /// lent to a planner resumed on them (NOTE \[lent-entries\] in `entries.rs`).
+    fn go_online(&mut self, held: &[u32]) {
+        self.release_planner();
+        let prefix = std::mem::take(self.nodes.listed());
+        let len = prefix.len();
+        self.dtr = self.resumed(prefix, held);
+        self.nodes = Entries::lent(len);
     }
 
     /// Lowers the raised bound back to the budget, once the step that raised it has ended
@@ -327,11 +341,14 @@ impl Session {
 
     /// An online planner resumed on `prefix` holding `held`, within the raised bytes (raised
     /// further until what is held fits).
-    fn resumed(&mut self, prefix: Vec<planner::Node>, held: &[u32]) -> Dtr<'static> {
+    fn resumed(&mut self, mut prefix: Vec<planner::Node>, held: &[u32]) -> Dtr<'static> {
         loop {
-            match Dtr::resume(self.raised, prefix.clone(), held) {
+            match Dtr::resume_or_return(self.raised, prefix, held) {
                 Ok(dtr) => return dtr,
-                Err(error) => self.raise(need_of(&error)),
+                Err((error, back)) => {
+                    self.raise(need_of(&error));
+                    prefix = back;
+                }
             }
         }
     }
@@ -674,11 +691,20 @@ pub(crate) fn on_record<B: Backend>(
             // The step departs from the plan: online from here, from the state the plan left
             // (over the budget if it holds more: NOTE [forward-overflow]).
             let held = session.held_now();
-            let prefix = session.nodes.listed().clone();
-            session.dtr = session.resumed(prefix, &held);
+            session.go_online(&held);
         }
-        let online = planned.is_none().then(|| entry.clone());
-        session.nodes.push(entry);
+        let replayable = entry.replayable;
+        // NOTE [lent-entries] in `entries.rs`: online, the planner holds the entry.
+        let online = if planned.is_some() {
+            session.nodes.push(entry);
+            None
+        } else if session.nodes.lendable() && session.dtr.recorded() == session.nodes.len() {
+            session.nodes.push_lent();
+            Some(entry)
+        } else {
+            session.nodes.push(entry.clone());
+            Some(entry)
+        };
         session.handles.push(handle);
         session.ids.push(id);
         session.quiet.push(quiet);
@@ -705,7 +731,7 @@ pub(crate) fn on_record<B: Backend>(
                 }
                 // The op's output, when it cannot be rebuilt, is kept as the planner would.
                 let newest = session.nodes.len() as u32 - 1;
-                let keep_new = !session.nodes.replayable(newest as usize);
+                let keep_new = !replayable;
                 let fits = session.handles.len() < before;
                 if !fits {
                     session.raise(need_of(&error));
@@ -715,8 +741,7 @@ pub(crate) fn on_record<B: Backend>(
                     if keep_new {
                         held.push(newest);
                     }
-                    let prefix = session.nodes.listed().clone();
-                    session.dtr = session.resumed(prefix, &held);
+                    session.go_online(&held);
                 }
                 Ok(if keep_new {
                     vec![Apply::KeepOutput]

@@ -298,6 +298,11 @@ impl<'a> Exec<'a> {
         self.out
     }
 
+    /// The nodes appended, as they were given (borrowed or owned).
+    pub(crate) fn into_node_list(self) -> Cow<'a, [Node]> {
+        self.nodes
+    }
+
     pub(crate) fn recompute_cost(&self) -> f64 {
         self.cost
     }
