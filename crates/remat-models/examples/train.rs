@@ -36,7 +36,7 @@ use burn::module::Module;
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
 use remat::{KeepReason, Policy};
@@ -173,6 +173,8 @@ struct Args {
     steps: usize,
     saved: bool,
     tradeoff: bool,
+    /// Step the optimizer inside backward (`remat_optim::backward_and_step`).
+    inside: bool,
 }
 
 fn usage() -> String {
@@ -181,7 +183,7 @@ fn usage() -> String {
 Trains a small transformer to sort (or reverse) sequences of digits, on remat.
 
 usage: train [--policy save-all|balanced|recompute-all|regions] [--budget MIB] [--steps N]
-             [--task sort|reverse] [--saved] [--tradeoff]
+             [--task sort|reverse] [--saved] [--tradeoff] [--step-in-backward]
 
   --policy P   what is kept for backward (default: balanced)
                save-all       keep everything backward reads (Burn's NoCheckpointing)
@@ -194,7 +196,11 @@ usage: train [--policy save-all|balanced|recompute-all|regions] [--budget MIB] [
   --task T     sort (default) or reverse the digits
   --saved      also list every value kept after one forward pass (remat::saved_values)
   --tradeoff   also print remat::tradeoff(): budgets against predicted extra compute, from one
-               step run under an unbounded budget (to choose --budget without trial runs)"
+               step run under an unbounded budget (to choose --budget without trial runs)
+  --step-in-backward
+               step Adam on each parameter as soon as its gradient is complete, inside
+               backward (remat_optim::backward_and_step): the gradients are never all
+               alive at once; the same trained weights as the separate step"
     )
 }
 
@@ -205,6 +211,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         steps: DEFAULT_STEPS,
         saved: false,
         tradeoff: false,
+        inside: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -252,6 +259,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             }
             "--saved" => args.saved = true,
             "--tradeoff" => args.tradeoff = true,
+            "--step-in-backward" => args.inside = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -382,13 +390,17 @@ struct StepReport {
     kept_by_op: Option<BTreeMap<&'static str, (usize, u64)>>,
 }
 
+/// One step of `model` under `mode`: returns its report, the model, and its gradients; with
+/// `inside`, the optimizer is stepped inside backward (`remat_optim::backward_and_step`) and
+/// the model returned is the updated one, with no gradients.
 fn step(
-    model: &Reverser,
+    model: Reverser,
     loss_fn: &CrossEntropyLoss,
     batch: &Batch,
     mode: Mode,
     by_op: bool,
-) -> (StepReport, GradientsParams) {
+    inside: Option<&mut ModuleOptimizer>,
+) -> (StepReport, Reverser, Option<GradientsParams>) {
     remat::set_policy(mode.policy());
     remat::reset_stats();
     let base = heap_mark();
@@ -431,11 +443,20 @@ fn step(
     let loss_value = loss.clone().into_scalar::<f32>();
 
     let resumed = Instant::now();
-    let grads = loss.backward();
+    let (model, grads) = match inside {
+        Some(optim) => (
+            remat_optim::backward_and_step(&loss, model, optim, LEARNING_RATE),
+            None,
+        ),
+        None => {
+            let grads = loss.backward();
+            let grads = GradientsParams::from_grads(grads, &model);
+            (model, Some(grads))
+        }
+    };
     elapsed += resumed.elapsed();
     let heap_peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
     let after = remat::stats();
-    let grads = GradientsParams::from_grads(grads, model);
 
     let report = StepReport {
         loss: loss_value,
@@ -448,7 +469,7 @@ fn step(
         replays: after.replays,
         kept_by_op,
     };
-    (report, grads)
+    (report, model, grads)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -618,8 +639,12 @@ fn main() -> ExitCode {
     let started = Instant::now();
     for i in 1..=args.steps {
         let data = batch(args.task, &mut rng, &device);
-        let (report, grads) = step(&model, &loss_fn, &data, args.mode, false);
-        model = optim.step(LEARNING_RATE, model, grads);
+        let inside = args.inside.then_some(&mut optim);
+        let (report, stepped, grads) = step(model, &loss_fn, &data, args.mode, false, inside);
+        model = match grads {
+            Some(grads) => optim.step(LEARNING_RATE, stepped, grads),
+            None => stepped,
+        };
         times.push(report.time);
 
         let accuracy = report.correct as f32 / (BATCH * SEQ) as f32;
@@ -668,9 +693,22 @@ fn main() -> ExitCode {
     let mut ours = Vec::new();
     let mut base = Vec::new();
     let mut by_op = None;
+    let mut measured = model.clone();
+    let mut compare_optim = optim.clone();
     for i in 0..=COMPARE_STEPS {
-        let (a, _) = step(&model, &loss_fn, &data, args.mode, i == 0);
-        let (b, _) = step(&model, &loss_fn, &data, Mode::SaveAll, false);
+        // With --step-in-backward the chosen policy's steps train on (a copy of the model,
+        // their optimizer a copy of the trained one's): their memory includes the update.
+        let (a, next, _) = step(
+            measured,
+            &loss_fn,
+            &data,
+            args.mode,
+            i == 0,
+            args.inside.then_some(&mut compare_optim),
+        );
+        measured = next;
+        let (b, next, _) = step(model, &loss_fn, &data, Mode::SaveAll, false, None);
+        model = next;
         if i == 0 {
             by_op = a.kept_by_op;
         } else {
@@ -709,7 +747,8 @@ fn main() -> ExitCode {
     }
 
     if args.tradeoff {
-        step(&model, &loss_fn, &data, Mode::Budget(u64::MAX), false);
+        let (_, next, _) = step(model, &loss_fn, &data, Mode::Budget(u64::MAX), false, None);
+        model = next;
         remat::reset_policy();
         match remat::tradeoff() {
             Some(report) => println!(

@@ -50,6 +50,7 @@ mod backend;
 pub mod checkpoint;
 pub mod grads;
 pub(crate) mod graph;
+mod leaves;
 pub mod ops;
 pub mod planner;
 pub mod stats;
@@ -65,6 +66,7 @@ pub use checkpoint::policy::{
     set_policy, with_policy,
 };
 pub use graph::NodeId;
+pub use leaves::with_complete_leaves;
 pub use stats::{
     DroppedValue, KeepReason, SavedValue, SavedValues, Stats, reset_stats, saved_values, stats,
 };

@@ -28,6 +28,7 @@ use burn_backend::distributed::{DistributedParamId, DistributedParams, TensorRef
 
 use crate::grads::{GradKey, Gradients};
 use crate::graph::{GraphNode, Node, NodeId, NodeKind, PassHooks, ScheduledPass, backward};
+use crate::leaves;
 
 /// A float tensor of [`Autodiff`](crate::Autodiff) over inner backend `B`.
 #[derive(Debug)]
@@ -181,19 +182,27 @@ impl<B: Backend> AutodiffTensor<B> {
         backward(node, primitive, &mut Hooks::<B>(core::marker::PhantomData))
     }
 
-    /// The gradient of this tensor in `grads`, if any.
+    /// The gradient of this tensor in `grads`, if any (the pending one while a
+    /// [`with_complete_leaves`](crate::with_complete_leaves) callback runs for this leaf).
     pub fn grad(&self, grads: &Gradients) -> Option<FloatTensor<B>> {
-        grads.get::<B>(self.node_id()?)
+        let id = self.node_id()?;
+        leaves::pending::<B>(id, false).or_else(|| grads.get::<B>(id))
     }
 
-    /// Removes and returns the gradient of this tensor in `grads`, if any.
+    /// Removes and returns the gradient of this tensor in `grads`, if any (the pending one
+    /// while a [`with_complete_leaves`](crate::with_complete_leaves) callback runs for this
+    /// leaf).
     pub fn grad_remove(&self, grads: &mut Gradients) -> Option<FloatTensor<B>> {
-        grads.remove::<B>(self.node_id()?)
+        let id = self.node_id()?;
+        leaves::pending::<B>(id, true).or_else(|| grads.remove::<B>(id))
     }
 
-    /// Replaces (or sets) the gradient of this tensor in `grads`.
+    /// Replaces (or sets) the gradient of this tensor in `grads` (the pending one while a
+    /// [`with_complete_leaves`](crate::with_complete_leaves) callback runs for this leaf).
     pub fn grad_replace(&self, grads: &mut Gradients, grad: FloatTensor<B>) {
-        if let Some(id) = self.node_id() {
+        if let Some(id) = self.node_id()
+            && let Some(grad) = leaves::replace_pending::<B>(id, grad)
+        {
             grads.remove::<B>(id);
             grads.register::<B>(id, grad);
         }
@@ -243,6 +252,12 @@ struct Hooks<B>(core::marker::PhantomData<fn() -> B>);
 impl<B: Backend> PassHooks for Hooks<B> {
     fn schedule(&mut self, order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn ScheduledPass>> {
         crate::checkpoint::pass::schedule(order)
+    }
+
+    /// Hands a complete leaf gradient to this thread's callback (NOTE [complete-leaves] in
+    /// `leaves.rs`).
+    fn leaf_complete(&mut self, leaf: NodeId, grads: &mut Gradients) {
+        leaves::complete::<B>(leaf, grads);
     }
 
     /// Submits the complete gradient of a distributed leaf for synchronisation.

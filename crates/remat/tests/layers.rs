@@ -79,7 +79,7 @@ fn under(path: &str, module: &str) -> bool {
 /// source it covers (relative to `src/`, a file or a folder) and the modules it may name
 /// besides itself. Bottom first; every module names only modules listed before it, so the
 /// table itself has no cycle (`the_allowed_imports_have_no_cycle`).
-const MODULES: [(&str, &str, &[&str]); 11] = [
+const MODULES: [(&str, &str, &[&str]); 12] = [
     // The bottom utilities: the counting part of the statistics, the plain items of the
     // reports (which the budget fills in), and is_active().
     ("active", "active.rs", &[]),
@@ -89,6 +89,8 @@ const MODULES: [(&str, &str, &[&str]); 11] = [
     ("graph", "graph", &["active", "stats::registry"]),
     // `src/grads.rs` re-exports graph/grads.rs at Burn's path.
     ("grads", "grads.rs", &["graph"]),
+    // A leaf's complete gradient handed out during a pass (NOTE [complete-leaves]).
+    ("leaves", "leaves.rs", &["graph", "grads"]),
     // Tensor-free planning: names nothing of the engine.
     ("planner", "planner", &[]),
     // Decisions and the budget's engine side.
@@ -108,7 +110,14 @@ const MODULES: [(&str, &str, &[&str]); 11] = [
     (
         "tensor",
         "tensor.rs",
-        &["active", "stats::registry", "graph", "grads", "checkpoint"],
+        &[
+            "active",
+            "stats::registry",
+            "graph",
+            "grads",
+            "leaves",
+            "checkpoint",
+        ],
     ),
     // The op families and the one recording site.
     (

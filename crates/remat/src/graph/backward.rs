@@ -30,6 +30,11 @@ pub(crate) trait PassHooks {
     /// The gradient of distributed leaf `leaf` is complete: submit it under `params`. Every
     /// distributed leaf lives on the loss's inner backend (checked before the pass starts).
     fn leaf_gradient(&mut self, leaf: NodeId, params: &DistributedParams, grads: &mut Gradients);
+
+    /// The gradient of leaf `leaf`, of the loss's inner backend, is complete (every consumer
+    /// of the leaf has run its step), after any distributed submission (NOTE
+    /// [complete-leaves] in `leaves.rs`).
+    fn leaf_complete(&mut self, leaf: NodeId, grads: &mut Gradients);
 }
 
 /// A backward pass carried out by a schedule (see [`PassHooks::schedule`]).
@@ -123,6 +128,9 @@ fn run<B: Backend>(
             if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
                 hooks.leaf_gradient(n.id(), params, &mut grads);
             }
+            if n.is_leaf() && n.backend() == TypeId::of::<B>() {
+                hooks.leaf_complete(n.id(), &mut grads);
+            }
             if !n.finish() {
                 undrained.push(n.describe());
             }
@@ -147,6 +155,9 @@ fn run<B: Backend>(
         if let Some((_, params)) = marked.next_if(|(at, _)| *at == i) {
             // A leaf comes after all of its consumers: its gradient is complete.
             hooks.leaf_gradient(n.id(), params, &mut grads);
+        }
+        if n.is_leaf() && n.backend() == TypeId::of::<B>() {
+            hooks.leaf_complete(n.id(), &mut grads);
         }
         if !n.finish() {
             undrained.push(n.describe());

@@ -452,6 +452,9 @@ pub(crate) trait GraphNode: Send + Sync {
     /// The distributed parameters of a leaf, if any.
     fn distributed(&self) -> Option<DistributedParams>;
 
+    /// Whether the node is a leaf (a tensor that requires a gradient).
+    fn is_leaf(&self) -> bool;
+
     /// The inner backend of the node (a graph may span several).
     fn backend(&self) -> core::any::TypeId;
 
@@ -658,6 +661,10 @@ impl<B: Backend> GraphNode for Node<B> {
             return None;
         }
         self.lock().distributed.as_deref().cloned()
+    }
+
+    fn is_leaf(&self) -> bool {
+        self.kind == NodeKind::Leaf
     }
 
     fn backend(&self) -> core::any::TypeId {
