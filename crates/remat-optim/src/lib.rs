@@ -21,10 +21,16 @@
 //! # }
 //! ```
 //!
+//! With burn-train's `Learner`, a `TrainStep` calls [`stash_loss`] in `step` and
+//! [`step_stashed`] in `optimize` (see [`stash_loss`]; single-device strategy).
+//!
 //! # What it does not combine with
-//! - **Gradient accumulation** across micro-batches (`GradientsAccumulator`): each call steps
-//!   the optimizer, so there is no gradient to accumulate. Accumulate losses into one loss
-//!   before the call instead, or use the separate step.
+//! - **Gradient accumulation** across micro-batches (`GradientsAccumulator`, the Learner's
+//!   `grads_accumulation`): each call steps the optimizer, so there is no gradient to
+//!   accumulate; [`stash_loss`] panics saying so. Accumulate losses into one loss before the
+//!   call instead, or use the separate step.
+//! - **burn-train's multi-device strategy**: its steps run on worker threads, their
+//!   `optimize` on another; [`step_stashed`] panics saying so.
 //! - **Several devices' gradients** (`ModuleOptimizer::step_multi`): each parameter is stepped
 //!   from the one pass's gradient.
 //! - **A step that reads every gradient at once**, such as clipping by the norm of all
@@ -122,4 +128,95 @@ pub fn backward_and_step<M: Module + 'static, const D: usize>(
     drop(back);
     let model = shared.borrow_mut().model.take();
     model.expect("remat-optim internal error: the model is back after the pass")
+}
+
+thread_local! {
+    /// The loss [`stash_loss`] kept for the [`step_stashed`] that follows on this thread.
+    static STASHED: RefCell<Option<Tensor<1>>> = const { RefCell::new(None) };
+}
+
+/// For burn-train's `TrainStep::step`: keeps the step's `loss` for [`step_stashed`], which
+/// the Learner's `TrainStep::optimize` calls next on this thread. The step then returns no
+/// gradients (`TrainOutput { grads: GradientsParams::new(), item }`).
+///
+/// ```no_run
+/// # use burn::module::Module;
+/// # use burn::optim::{GradientsParams, ModuleOptimizer};
+/// # use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
+/// # use burn::tensor::Tensor;
+/// # use burn::train::{RegressionOutput, TrainOutput, TrainStep};
+/// # #[derive(Module, Debug)]
+/// # struct Model { linear: burn::nn::Linear }
+/// # impl Model { fn regression(&self, batch: (Tensor<2>, Tensor<2>)) -> RegressionOutput { todo!() } }
+/// impl TrainStep for Model {
+///     type Input = (Tensor<2>, Tensor<2>);
+///     type Output = RegressionOutput;
+///
+///     fn step(&self, batch: Self::Input) -> TrainOutput<RegressionOutput> {
+///         let item = self.regression(batch);
+///         remat_optim::stash_loss(item.loss.clone());
+///         TrainOutput { grads: GradientsParams::new(), item }
+///     }
+///
+///     fn optimize(
+///         self,
+///         optim: &mut ModuleOptimizer,
+///         lr: ModuleLearningRate,
+///         grads: GradientsParams,
+///     ) -> Self {
+///         remat_optim::step_stashed(self, optim, lr, grads)
+///     }
+/// }
+/// ```
+///
+/// This works with burn-train's single-device strategy, which runs each step and its
+/// `optimize` on one thread, without gradient accumulation.
+///
+/// # Panics
+/// When a loss is stashed already: its `optimize` did not run, which is what the Learner does
+/// when it accumulates gradients over several steps (`grads_accumulation`): each micro-batch's
+/// gradients would be lost. Step inside backward without accumulation, or use the separate
+/// step.
+pub fn stash_loss(loss: Tensor<1>) {
+    STASHED.with(|stashed| {
+        let mut stashed = stashed.borrow_mut();
+        assert!(
+            stashed.is_none(),
+            "remat_optim::stash_loss: the last step's loss was never stepped. The Learner \
+             accumulates gradients over several steps (grads_accumulation), which stepping \
+             inside backward cannot do: train without accumulation, or return the step's \
+             gradients and let the Learner step"
+        );
+        *stashed = Some(loss);
+    });
+}
+
+/// For burn-train's `TrainStep::optimize`: runs [`backward_and_step`] on the loss
+/// [`stash_loss`] kept on this thread, and returns the updated model.
+///
+/// # Panics
+/// When no loss is stashed on this thread (the step ran on another thread: burn-train's
+/// multi-device strategy runs steps on worker threads; or the step did not call
+/// [`stash_loss`]), or when `grads` holds gradients (the step also ran backward).
+pub fn step_stashed<M: Module + 'static>(
+    model: M,
+    optim: &mut ModuleOptimizer,
+    lr: impl Into<ModuleLearningRate>,
+    grads: GradientsParams,
+) -> M {
+    assert!(
+        grads.is_empty(),
+        "remat_optim::step_stashed: the step returned {} gradients; with the optimizer stepped \
+         inside backward it returns none (GradientsParams::new()) and runs no backward itself",
+        grads.len()
+    );
+    let loss = STASHED.with(|stashed| stashed.borrow_mut().take());
+    let loss = loss.unwrap_or_else(|| {
+        panic!(
+            "remat_optim::step_stashed: no loss was stashed on this thread. Call \
+             remat_optim::stash_loss in TrainStep::step; burn-train's multi-device strategy \
+             runs steps on worker threads, where stepping inside backward does not reach"
+        )
+    });
+    backward_and_step(&loss, model, optim, lr)
 }

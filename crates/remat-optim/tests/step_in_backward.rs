@@ -4,7 +4,11 @@
 //! region and a budget, the parameters after every step are bit-identical, and so are the
 //! optimizers' states (they step alike afterwards).
 
-use burn::module::{Module, ModuleVisitor, Param, ParamGroup};
+mod support;
+
+use support::bits;
+
+use burn::module::{Module, ParamGroup};
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::{
@@ -61,26 +65,6 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
-}
-
-/// Every float parameter's bits, in visiting order.
-fn bits<M: Module>(module: &M) -> Vec<Vec<u32>> {
-    struct Bits(Vec<Vec<u32>>);
-    impl ModuleVisitor for Bits {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let data = param.val().into_data().convert::<f32>();
-            self.0.push(
-                data.as_slice::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect(),
-            );
-        }
-    }
-    let mut visitor = Bits(Vec::new());
-    module.visit(&mut visitor);
-    visitor.0
 }
 
 #[derive(Clone, Copy, Debug)]

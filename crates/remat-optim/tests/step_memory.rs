@@ -4,6 +4,10 @@
 //! alive at once; with a budget as well, the whole step (forward, backward, update) of an
 //! MLP peaks at a fraction of SaveAll's with the separate step.
 
+mod support;
+
+use support::bits;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
@@ -166,27 +170,7 @@ fn with_a_budget_the_whole_step_peaks_at_a_fraction_of_save_all_s() {
     );
     // The same training (a budget replays bit-identically).
     assert!(
-        param_bits(&trained) == param_bits(&budget_trained),
+        bits(&trained) == bits(&budget_trained),
         "the budget with the step inside backward trained otherwise than SaveAll"
     );
-}
-
-/// Every float parameter's bits, in visiting order.
-fn param_bits<M: Module>(module: &M) -> Vec<Vec<u32>> {
-    struct Bits(Vec<Vec<u32>>);
-    impl burn::module::ModuleVisitor for Bits {
-        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
-            let data = param.val().into_data().convert::<f32>();
-            self.0.push(
-                data.as_slice::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect(),
-            );
-        }
-    }
-    let mut visitor = Bits(Vec::new());
-    module.visit(&mut visitor);
-    visitor.0
 }
