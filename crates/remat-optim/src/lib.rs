@@ -8,7 +8,7 @@
 //! backward").
 //!
 //! ```no_run
-//! # use burn::module::Module;
+//! # use burn::module::{Module, ModuleVisitor, Param};
 //! # use burn::optim::{AdamConfig, ModuleOptimizer};
 //! # use burn::tensor::Tensor;
 //! # fn demo<M: Module + 'static>(mut model: M, loss_of: impl Fn(&M) -> Tensor<1>) {
@@ -49,10 +49,55 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::tensor::{Gradients, Tensor};
+
+// NOTE [step-groups]: each complete gradient was handed to `ModuleOptimizer::step` alone,
+// and both `GradientsParams::from_module` and `step` walk the whole module: quadratic in the
+// number of parameters. On 400 Linear layers (800 parameters, width 16) a step took 334 ms
+// against 10 ms for the separate step. Now each parameter's gradient is found by a list made
+// in one walk before the pass (searched from its end: the last layers' gradients complete
+// first), and the optimizer steps once a group of complete gradients reaches a sixteenth of
+// the parameters' bytes (a larger one alone): at most about 16 walks more than the separate
+// step, and at most a sixteenth of the gradients (or the largest one) held at a time. The
+// same 400 layers: 17-20 ms a step against 12 ms (release, Flex; layers this small are all
+// overhead).
+
+/// The share of the parameters' bytes whose complete gradients are stepped together
+/// (NOTE \[step-groups\]).
+const GROUPS: u64 = 16;
+
+/// Takes one parameter's gradient out of a pass (the pending one, if it is this parameter's)
+/// into a `GradientsParams`; returns its bytes.
+type Extract = Box<dyn FnMut(&mut Gradients, &mut GradientsParams) -> Option<u64>>;
+
+/// Lists how to take each float parameter's gradient, and sums the parameters' bytes.
+#[derive(Default)]
+struct Extractors {
+    list: Vec<Extract>,
+    bytes: u64,
+}
+
+impl ModuleVisitor for Extractors {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let tensor = param.val();
+        let id = param.id;
+        self.bytes += bytes_of(&tensor);
+        self.list.push(Box::new(move |grads, into| {
+            let grad = tensor.grad_remove(grads)?;
+            let bytes = bytes_of(&grad);
+            into.register::<D>(id, grad);
+            Some(bytes)
+        }));
+    }
+}
+
+/// The bytes of a tensor's elements.
+fn bytes_of<const D: usize>(tensor: &Tensor<D>) -> u64 {
+    (tensor.shape().num_elements() * tensor.dtype().size()) as u64
+}
 
 /// Runs backward from `loss` and steps `optim` on each parameter of `model` as soon as that
 /// parameter's gradient is complete, dropping the gradient; returns the updated model.
@@ -60,8 +105,10 @@ use burn::tensor::{Gradients, Tensor};
 /// The result, and `optim`'s state, are those of
 /// `optim.step(lr, model, GradientsParams::from_grads(loss.backward(), &model))`: parameter
 /// groups, per-parameter learning rates and gradient clipping apply as they do there, and a
-/// parameter without a gradient is left as it is. What this cannot be combined with is in the
-/// crate docs.
+/// parameter without a gradient is left as it is. Complete gradients are stepped in groups of
+/// a sixteenth of the parameters' bytes (a larger one alone), so that the module is walked a
+/// few times, not once per parameter (NOTE \[step-groups\]). What this cannot be combined
+/// with is in the crate docs.
 ///
 /// # Panics
 /// As `loss.backward()`: when `loss` is not tracked, or its graph was consumed by an earlier
@@ -79,6 +126,28 @@ pub fn backward_and_step<M: Module + 'static, const D: usize>(
         optim: ModuleOptimizer,
         lr: ModuleLearningRate,
         holder: Gradients,
+        /// How to take each parameter's gradient not taken yet.
+        extract: Vec<Extract>,
+        /// Complete gradients not stepped yet, and their bytes.
+        group: GradientsParams,
+        group_bytes: u64,
+        /// The bytes at which a group is stepped.
+        group_at: u64,
+    }
+    impl<M: Module> Stepping<M> {
+        /// Steps the optimizer on the gradients grouped so far.
+        fn step_group(&mut self) {
+            if self.group.is_empty() {
+                return;
+            }
+            let current = self
+                .model
+                .take()
+                .expect("remat-optim internal error: the model is stepped once at a time");
+            let group = std::mem::take(&mut self.group);
+            self.group_bytes = 0;
+            self.model = Some(self.optim.step(self.lr.clone(), current, group));
+        }
     }
     /// Puts the optimizer back in the caller's hands, also when the pass panics.
     struct Return<'a, M> {
@@ -96,6 +165,8 @@ pub fn backward_and_step<M: Module + 'static, const D: usize>(
     // gradient is read through it (remat hands the pending gradient to any `Gradients`).
     let device = loss.device();
     let holder = Tensor::<1>::zeros([1], &device).require_grad().backward();
+    let mut extractors = Extractors::default();
+    model.visit(&mut extractors);
     // The caller's optimizer is moved into the shared state for the pass (a cheap one holds
     // its place) and back after it.
     let placeholder = SgdConfig::new().init();
@@ -104,6 +175,10 @@ pub fn backward_and_step<M: Module + 'static, const D: usize>(
         optim: std::mem::replace(optim, placeholder),
         lr: lr.into(),
         holder,
+        extract: extractors.list,
+        group: GradientsParams::new(),
+        group_bytes: 0,
+        group_at: (extractors.bytes / GROUPS).max(1),
     }));
     let back = Return {
         shared: shared.clone(),
@@ -113,18 +188,22 @@ pub fn backward_and_step<M: Module + 'static, const D: usize>(
     let on_leaf = move || {
         let mut state = stepping.borrow_mut();
         let state = &mut *state;
-        let current = state
-            .model
-            .take()
-            .expect("remat-optim internal error: the model is stepped once at a time");
-        let grads = GradientsParams::from_module(&mut state.holder, &current);
-        state.model = Some(if grads.is_empty() {
-            current
-        } else {
-            state.optim.step(state.lr.clone(), current, grads)
+        // The parameter whose gradient is pending; none for a leaf of another module.
+        let found = (0..state.extract.len()).rev().find_map(|k| {
+            let bytes = (state.extract[k])(&mut state.holder, &mut state.group)?;
+            Some((k, bytes))
         });
+        let Some((k, bytes)) = found else {
+            return;
+        };
+        drop(state.extract.remove(k));
+        state.group_bytes += bytes;
+        if state.group_bytes >= state.group_at {
+            state.step_group();
+        }
     };
     let _others = remat::with_complete_leaves(on_leaf, || loss.backward());
+    shared.borrow_mut().step_group();
     drop(back);
     let model = shared.borrow_mut().model.take();
     model.expect("remat-optim internal error: the model is back after the pass")
@@ -140,7 +219,7 @@ thread_local! {
 /// gradients (`TrainOutput { grads: GradientsParams::new(), item }`).
 ///
 /// ```no_run
-/// # use burn::module::Module;
+/// # use burn::module::{Module, ModuleVisitor, Param};
 /// # use burn::optim::{GradientsParams, ModuleOptimizer};
 /// # use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 /// # use burn::tensor::Tensor;
