@@ -29,8 +29,9 @@ use crate::planner::{self, GraphView};
 // bytes an op, 0.85 MB at the forward pass's end of Burn's `Lstm` under half of K (128 steps,
 // 4,737 ops; SaveAll's step peaks at 6.1 MB), where a graph's first step under a budget
 // peaks. Online, the entries now lend their nodes to the planner and keep only their
-// number; whoever reads them takes them back first (`Session::reclaim`: the pass as it
-// starts, a compaction), and the planner that held them is then replaced.
+// number; whoever reads them takes them back first (`Session::release_planner`: the pass as
+// it starts, a compaction, a step going online), and the planner that held them is then
+// replaced.
 
 /// The planner's node of each recorded op, by session position (see the module docs).
 #[derive(Default)]
