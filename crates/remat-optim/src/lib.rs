@@ -2,10 +2,10 @@
 //!
 //! A training step usually runs backward, holds every parameter's gradient, then steps the
 //! optimizer. On models whose activations a budget keeps small, those gradients are the step's
-//! peak. [`backward_and_step`] steps the optimizer on each parameter as soon as its gradient
-//! is complete (every op that read the parameter ran its backward step) and drops the
-//! gradient there, so that the gradients are never all alive at once (PyTorch's "optimizer in
-//! backward").
+//! peak. [`backward_and_step`] steps the optimizer on the parameters as soon as their
+//! gradients are complete (every op that read a parameter ran its backward step), in groups
+//! of at most a sixteenth of the parameters' bytes, and drops the gradients there, so that
+//! they are never all alive at once (PyTorch's "optimizer in backward").
 //!
 //! ```no_run
 //! # use burn::module::{Module, ModuleVisitor, Param};
