@@ -17,6 +17,20 @@
 //!   nothing.
 //! - `untracked_id` is unminted (zero) on tracked tensors; on an untracked tensor, once
 //!   minted it never changes, and a clone carries the same id.
+//! - An id with a [`Fill`] tag is minted only by [`AutodiffTensor::filled`], on a tensor
+//!   whose every element is that fill (NOTE [fill-constants]).
+//!
+//! NOTE [fill-constants]: an untracked tensor made by `zeros`, `ones` or `empty` is a
+//! constant whose value any replay can make again for free. When an op that a replay may run reads one, its
+//! edge keeps the recipe (the fill, the shape, the dtype, the device), not the buffer
+//! (`Kept::fill` in `graph/node.rs`): the budget's model charges it nothing, and the op's
+//! inner call owns the buffer, so an inner kernel may write into it in place. Burn's `Lstm`
+//! and `Gru` write their stacked output into an `empty` tensor of the whole output's size:
+//! under a budget its first `slice_assign` held that buffer on its edge for a replay, 2 MiB
+//! on a batch of 32 over 64 steps of 256 features, and Flex copied it, since the buffer was
+//! shared. The tensor carries its fill in the top bits of its id (minted when it is made),
+//! so that it stays two words: ops make new tensors, so a tensor never changes its value
+//! under an id.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +41,7 @@ use burn_std::{DType, Shape};
 use burn_backend::distributed::{DistributedParamId, DistributedParams, TensorRef};
 
 use crate::grads::{GradKey, Gradients};
-use crate::graph::{GraphNode, Node, NodeId, NodeKind, PassHooks, ScheduledPass, backward};
+use crate::graph::{Fill, GraphNode, Node, NodeId, NodeKind, PassHooks, ScheduledPass, backward};
 use crate::leaves;
 
 /// A float tensor of [`Autodiff`](crate::Autodiff) over inner backend `B`.
@@ -86,6 +100,29 @@ impl UntrackedId {
     }
 }
 
+/// Where [`Fill`]'s tag sits in an untracked id: the top two bits, which ids minted by a
+/// counter from 1 never reach.
+const FILL_SHIFT: u32 = 62;
+
+/// The tag of `fill` in an untracked id.
+fn fill_tag(fill: Fill) -> u64 {
+    match fill {
+        Fill::Zeros => 1 << FILL_SHIFT,
+        Fill::Ones => 2 << FILL_SHIFT,
+        Fill::Empty => 3 << FILL_SHIFT,
+    }
+}
+
+/// The fill an untracked id's tag names, if any.
+fn fill_of_id(value: u64) -> Option<Fill> {
+    match value >> FILL_SHIFT {
+        1 => Some(Fill::Zeros),
+        2 => Some(Fill::Ones),
+        3 => Some(Fill::Empty),
+        _ => None,
+    }
+}
+
 impl<B: BackendTypes> AutodiffTensor<B> {
     /// A tracked tensor: `primitive` is the value of `node`.
     pub(crate) fn tracked(primitive: FloatTensor<B>, node: Arc<Node<B>>) -> Self {
@@ -115,6 +152,32 @@ impl<B: Backend> AutodiffTensor<B> {
             primitive,
             node: None,
             untracked_id: UntrackedId::unminted(),
+        }
+    }
+
+    /// An untracked tensor every element of which is `fill` (NOTE [fill-constants]); its id
+    /// is minted now, with the fill's tag.
+    pub(crate) fn filled(primitive: FloatTensor<B>, fill: Fill) -> Self {
+        let id = NodeId::new();
+        debug_assert!(
+            id.value >> FILL_SHIFT == 0,
+            "remat internal error: ids ran out"
+        );
+        Self {
+            primitive,
+            node: None,
+            untracked_id: UntrackedId::minted(NodeId {
+                value: id.value | fill_tag(fill),
+            }),
+        }
+    }
+
+    /// The fill of an untracked tensor made by `zeros` or `ones`, or a clone of one (NOTE
+    /// [fill-constants]); `None` for any other tensor. Mints nothing.
+    pub(crate) fn fill(&self) -> Option<Fill> {
+        match self.node {
+            Some(_) => None,
+            None => fill_of_id(self.untracked_id.0.load(Ordering::Relaxed)),
         }
     }
 

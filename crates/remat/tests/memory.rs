@@ -432,3 +432,101 @@ fn a_forward_only_loop_keeps_the_heap_flat() {
         );
     }
 }
+
+/// NOTE [fill-constants]: a `zeros`, `ones` or `empty` tensor that only a replay reads is
+/// kept as its recipe, not its buffer: `x` written into a fill of twice its size, the
+/// result squared and summed under RecomputeAll (the square's step reads the result, so a
+/// replay of `slice_assign` reads the fill). The fill is not kept (where a `from_data`
+/// constant of the same size is, 512 KiB), the forward pass's heap is lower by that much,
+/// and the gradient is SaveAll's bit for bit. A fill a backward step reads stays held:
+/// made again at each read, its copies would be temporaries no budget sees.
+#[test]
+fn a_fill_that_only_a_replay_reads_is_kept_as_its_recipe() {
+    use burn_std::{FloatDType, Shape, Slice};
+    type P = <A as burn_backend::BackendTypes>::FloatTensorPrimitive;
+    type Maker = (&'static str, fn() -> P);
+    let _m = measure();
+    warm_up();
+    let device = Default::default();
+    let makers: [Maker; 4] = [
+        ("zeros", || {
+            A::float_zeros(Shape::new([2 * N]), &Default::default(), FloatDType::F32)
+        }),
+        ("ones", || {
+            A::float_ones(Shape::new([2 * N]), &Default::default(), FloatDType::F32)
+        }),
+        ("empty", || {
+            A::float_empty(Shape::new([2 * N]), &Default::default(), FloatDType::F32)
+        }),
+        ("from_data", || {
+            A::float_from_data(
+                TensorData::new(vec![0.0f32; 2 * N], [2 * N]),
+                &Default::default(),
+            )
+        }),
+    ];
+    let run = |make: fn() -> P, policy: Policy| {
+        let x = A::float_from_data(
+            TensorData::new((0..N).map(|i| i as f32 * 1e-4).collect(), [N]),
+            &device,
+        );
+        let x = A::float_set_require_grad(x, true);
+        let constant = make();
+        remat::reset_stats();
+        let before = live();
+        let (loss, kept, heap) = remat::with_policy(policy, || {
+            let y =
+                A::float_slice_assign(constant, &[Slice::new(0, Some(N as isize), 1)], x.clone());
+            let loss = A::float_sum(A::float_mul(y.clone(), y));
+            let kept = remat::stats()
+                .bytes_by_reason
+                .get(&remat::KeepReason::Constant)
+                .copied()
+                .unwrap_or(0);
+            (loss, kept, live() - before)
+        });
+        let grads = A::backward(loss);
+        let grad = A::grad(&x, &grads).expect("x has a gradient");
+        let bits: Vec<u32> = burn_backend::read_sync(Flex::float_into_data(grad))
+            .unwrap()
+            .iter::<f32>()
+            .map(f32::to_bits)
+            .collect();
+        (bits, kept, heap, remat::stats().replays)
+    };
+    let (_, _, data_heap, _) = run(makers[3].1, Policy::RecomputeAll);
+    for (name, make) in makers {
+        let (save_all, ..) = run(make, Policy::SaveAll);
+        let (bits, kept, heap, replays) = run(make, Policy::RecomputeAll);
+        assert!(replays > 0, "{name}: nothing was replayed");
+        assert!(
+            bits == save_all,
+            "{name}: the gradient differs from SaveAll's"
+        );
+        if name == "from_data" {
+            assert_eq!(kept, (2 * N * 4) as u64, "{name}: the constant is kept");
+        } else {
+            assert_eq!(kept, 0, "{name}: {kept} bytes of the fill kept");
+            assert!(
+                heap + (2 * N * 4) as isize <= data_heap + 4096,
+                "{name}: {heap} bytes live after the forward pass, {data_heap} with a \
+                 from_data constant"
+            );
+        }
+    }
+    // A fill a step reads (`mul`'s step reads the other factor) is held and counted.
+    let x = leaf();
+    remat::reset_stats();
+    let y = remat::with_policy(Policy::SaveAll, || {
+        A::float_mul(
+            x.clone(),
+            A::float_ones(Shape::new([N]), &device, FloatDType::F32),
+        )
+    });
+    let kept = remat::stats()
+        .bytes_by_reason
+        .get(&remat::KeepReason::Constant)
+        .copied();
+    assert_eq!(kept, Some((N * 4) as u64), "a fill the step reads is held");
+    drop(A::backward(A::float_sum(y)));
+}

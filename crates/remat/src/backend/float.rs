@@ -11,6 +11,7 @@ use core::future::Future;
 
 use crate::backend::Autodiff;
 use crate::checkpoint::strategy::CheckpointStrategy;
+use crate::graph::Fill;
 use crate::ops::reduce::Extreme;
 use crate::ops::unary::{self, Unary};
 use crate::ops::{binary, index, linalg, reduce, shape};
@@ -31,11 +32,11 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
     }
 
     fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        AutodiffTensor::new(B::float_zeros(shape, device, dtype))
+        AutodiffTensor::filled(B::float_zeros(shape, device, dtype), Fill::Zeros)
     }
 
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        AutodiffTensor::new(B::float_ones(shape, device, dtype))
+        AutodiffTensor::filled(B::float_ones(shape, device, dtype), Fill::Ones)
     }
 
     fn float_full(
@@ -62,7 +63,7 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
     }
 
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        AutodiffTensor::new(B::float_empty(shape, device, dtype))
+        AutodiffTensor::filled(B::float_empty(shape, device, dtype), Fill::Empty)
     }
 
     fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self> {

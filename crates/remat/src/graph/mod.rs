@@ -28,7 +28,7 @@ mod retrieve;
 
 pub(crate) use backward::{PassHooks, ScheduledPass, backward};
 pub(crate) use node::{
-    GraphNode, Input, Kept, Node, NodeKind, OpState, ScheduleEntry, Signature, Slot,
+    Fill, GraphNode, Input, Kept, Node, NodeKind, OpState, ScheduleEntry, Signature, Slot,
     charged_constants,
 };
 pub use op::{Cost, OpInfo};

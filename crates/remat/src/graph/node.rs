@@ -128,7 +128,7 @@ pub(crate) fn shared_constants<B: BackendTypes>(
             Held::Shared { _ticket, owner } => {
                 Some((Arc::as_ptr(_ticket) as usize, kept.bytes(), *owner))
             }
-            Held::Own(_) => None,
+            Held::Own(_) | Held::Fill(_) => None,
         })
         .collect()
 }
@@ -140,6 +140,17 @@ impl<B: BackendTypes> Input<B> {
     }
 }
 
+/// A constant every element of which is one value (NOTE [fill-constants] in `tensor.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fill {
+    Zeros,
+    Ones,
+    /// `empty`: its elements are unspecified, and a replay reads another `empty` tensor,
+    /// whose elements are as unspecified (on Flex both are zeros). An op that writes into
+    /// it (`slice_assign`) and whose unwritten elements nothing reads gives the same bits.
+    Empty,
+}
+
 /// A value kept for backward; it is counted in [`stats`] (and listed by
 /// `saved_values()`) while it lives.
 ///
@@ -147,19 +158,31 @@ impl<B: BackendTypes> Input<B> {
 pub(crate) struct Kept<B: BackendTypes>(Box<KeptValue<B>>);
 
 struct KeptValue<B: BackendTypes> {
+    /// `None` once taken, and for a fill (which holds no buffer).
     value: Option<FloatTensor<B>>,
-    ticket: Held,
+    ticket: Held<B>,
 }
 
 /// How a kept value is counted: on its own, or as one of the holders of a shared buffer
-/// (NOTE [shared-constants] in `stats/registry.rs`).
-enum Held {
+/// (NOTE [shared-constants] in `stats/registry.rs`); or not at all, for a fill constant
+/// kept as its recipe (NOTE [fill-constants] in `tensor.rs`).
+enum Held<B: BackendTypes> {
     Own(#[allow(dead_code)] stats::Ticket),
     Shared {
         _ticket: Arc<stats::Ticket>,
         /// This holder carries the buffer's charge in the budget's model.
         owner: bool,
     },
+    /// Boxed: the other variants stay two words.
+    Fill(Box<FillRecipe<B>>),
+}
+
+/// What makes a fill constant again, bit for bit (NOTE [fill-constants]).
+struct FillRecipe<B: BackendTypes> {
+    fill: Fill,
+    shape: burn_std::Shape,
+    dtype: burn_std::DType,
+    device: B::Device,
 }
 
 impl<B: BackendTypes> Kept<B> {
@@ -191,27 +214,57 @@ impl<B: BackendTypes> Kept<B> {
         }))
     }
 
+    /// Keeps the recipe of `like`, a tensor every element of which is `fill`, in place of
+    /// its buffer (NOTE [fill-constants]): nothing is counted, and [`Kept::constant`] makes
+    /// the value again.
+    pub(crate) fn fill(fill: Fill, like: &FloatTensor<B>) -> Self {
+        use burn_backend::TensorMetadata;
+        Self(Box::new(KeptValue {
+            value: None,
+            ticket: Held::Fill(Box::new(FillRecipe {
+                fill,
+                shape: like.shape(),
+                dtype: like.dtype(),
+                device: like.device(),
+            })),
+        }))
+    }
+
     /// The bytes the budget's model charges to this holder: the value's, unless another
-    /// holder of the same buffer carries them (NOTE [shared-constants]).
+    /// holder of the same buffer carries them (NOTE [shared-constants]), or nothing for a
+    /// fill's recipe (NOTE [fill-constants]).
     pub(crate) fn charged_bytes(&self) -> u64 {
         match self.0.ticket {
-            Held::Shared { owner: false, .. } => 0,
+            Held::Shared { owner: false, .. } | Held::Fill(_) => 0,
             _ => self.bytes(),
         }
     }
 
     pub(crate) fn get(&self) -> &FloatTensor<B> {
-        self.0
-            .value
-            .as_ref()
-            .expect("remat internal error: a kept value is present until it is dropped")
+        self.0.value.as_ref().expect(
+            "remat internal error: a kept value is present until it is dropped (a fill's \
+             recipe is read with `constant`)",
+        )
+    }
+
+    /// The buffer held, if any: `None` for a fill's recipe (NOTE [fill-constants]).
+    pub(crate) fn buffer(&self) -> Option<&FloatTensor<B>> {
+        self.0.value.as_ref()
     }
 
     /// The value's size in bytes.
     pub(crate) fn bytes(&self) -> u64 {
-        let value = self.get();
-        (burn_backend::TensorMetadata::shape(value).num_elements()
-            * burn_backend::TensorMetadata::dtype(value).size()) as u64
+        let (shape, dtype) = match &self.0.ticket {
+            Held::Fill(recipe) => (recipe.shape.clone(), recipe.dtype),
+            _ => {
+                let value = self.get();
+                (
+                    burn_backend::TensorMetadata::shape(value),
+                    burn_backend::TensorMetadata::dtype(value),
+                )
+            }
+        };
+        (shape.num_elements() * dtype.size()) as u64
     }
 
     pub(crate) fn into_value(mut self) -> FloatTensor<B> {
@@ -219,6 +272,26 @@ impl<B: BackendTypes> Kept<B> {
             .value
             .take()
             .expect("remat internal error: a kept value is present until it is dropped")
+    }
+}
+
+impl<B: Backend> Kept<B> {
+    /// The value of a constant held on an edge, for a read: a clone of the buffer, or the
+    /// fill made again from its recipe (NOTE [fill-constants]; the same call as the one
+    /// that made it, so the same bits).
+    pub(crate) fn constant(&self) -> FloatTensor<B> {
+        match &self.0.ticket {
+            Held::Fill(recipe) => {
+                let shape = recipe.shape.clone();
+                let dtype = recipe.dtype.into();
+                match recipe.fill {
+                    Fill::Zeros => B::float_zeros(shape, &recipe.device, dtype),
+                    Fill::Ones => B::float_ones(shape, &recipe.device, dtype),
+                    Fill::Empty => B::float_empty(shape, &recipe.device, dtype),
+                }
+            }
+            _ => self.get().clone(),
+        }
     }
 }
 

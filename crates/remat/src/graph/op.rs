@@ -310,7 +310,8 @@ impl<'a, B: Backend> Vjp<'a, B> {
                 Slot::Stored(kept) => Some(kept.get().clone()),
                 Slot::Evicted(_) | Slot::Unneeded => None,
             },
-            None => input.held.as_ref().map(|kept| kept.get().clone()),
+            // A fill's recipe holds no buffer (NOTE [fill-constants]).
+            None => input.held.as_ref().and_then(|kept| kept.buffer()).cloned(),
         };
         kept.unwrap_or_else(|| shape_only::<B>(shape.clone(), like))
     }

@@ -102,8 +102,7 @@ pub(crate) fn read_input<B: Backend>(input: &Input<B>) -> FloatTensor<B> {
             .held
             .as_ref()
             .expect("remat internal error: an input that is read is held on its edge")
-            .get()
-            .clone(),
+            .constant(),
     }
 }
 

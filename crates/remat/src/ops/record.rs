@@ -174,8 +174,9 @@ fn record_impl<B: Backend, R: Rule<B>>(
     let mut values: Values<B> = SmallVec::with_capacity(inputs.len());
     let mut budgeted = Budgeted::default();
     let keeps = upcoming.keeps;
-    for (input, mark) in inputs.into_iter().zip(&marks) {
-        let (edge, primitive) = edge(input, *mark, info.name, placement.budget);
+    for (i, (input, mark)) in inputs.into_iter().zip(&marks).enumerate() {
+        let step_reads = reads.has_input(i);
+        let (edge, primitive) = edge(input, *mark, info.name, placement.budget, step_reads);
         let kept_here = |edge: &Input<B>| {
             keeps
                 .as_ref()
@@ -351,15 +352,23 @@ fn bytes<B: Backend>(tensor: &FloatTensor<B>) -> usize {
 /// retained value is kept by the producing node (`Keep`: stored now; `Recompute`: marked
 /// needed, left to a replay or, under a budget, to the planner's `Keep`), or held by the edge
 /// for leaves and untracked values.
-/// `budget`: the consumer's budget (0: none).
+/// `budget`: the consumer's budget (0: none); `step_reads`: the op's backward step reads the
+/// input (else only a replay does).
 fn edge<B: Backend>(
     input: AutodiffTensor<B>,
     mark: Option<Forced>,
     op: &'static str,
     budget: u32,
+    step_reads: bool,
 ) -> (Input<B>, FloatTensor<B>) {
     // NOTE [shared-constants]: an untracked input is keyed by its id, shared by its clones.
     let key = (mark.is_some() && input.node.is_none()).then(|| input.id());
+    // NOTE [fill-constants] in `tensor.rs`: a zeros, ones or empty tensor that only a replay
+    // reads is kept as its recipe. One a backward step reads stays held (charged once):
+    // made again at every read, its copies would be temporaries the budget's model does not
+    // see (Burn's `Lstm` at a quarter of K peaked 190 KB higher when its zeros initial state
+    // was made again for each of its five reads).
+    let fill = input.fill().filter(|_| !step_reads);
     let AutodiffTensor {
         primitive, node, ..
     } = input;
@@ -380,6 +389,7 @@ fn edge<B: Backend>(
                 parent.require_value(&primitive, mark == Forced::Recompute);
             }
             Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
+            None if let Some(fill) = fill => held = Some(Kept::fill(fill, &primitive)),
             None => {
                 let key = key.expect("remat internal error: an untracked input has an id");
                 held = Some(Kept::shared(
@@ -519,11 +529,12 @@ pub(crate) fn record_custom<B: Backend, R: Rule<B>>(
         .into_iter()
         .zip(&marks)
         .map(|(input, mark)| {
-            let tensor = match input {
+            let (tensor, step_reads) = match input {
                 CustomInput::Parent(node) => return Input { node, held: None },
-                CustomInput::Read(tensor) | CustomInput::Replay(tensor) => tensor,
+                CustomInput::Read(tensor) => (tensor, true),
+                CustomInput::Replay(tensor) => (tensor, false),
             };
-            let (edge, value) = edge(tensor, *mark, info.name, placement.budget);
+            let (edge, value) = edge(tensor, *mark, info.name, placement.budget, step_reads);
             if placement.budget != 0 && mark.is_some() {
                 budgeted.in_hand(&edge, &value);
             }
