@@ -534,7 +534,7 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
         && try_step(run).is_ok()
         && let Some(tradeoff) = remat::tradeoff()
     {
-        plan_points(&mut budget.points, &tradeoff.view);
+        plan_points(&mut budget.points, &tradeoff.view, tradeoff.grads.as_ref());
     }
     let mut engines = Vec::new();
     for ((engine, run, budget_bytes), samples) in runners.iter_mut().zip(samples) {
@@ -605,18 +605,28 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
 /// floors were beaten by measured steps (the residual MLP at 50% to 10% by up to 0.064x of a
 /// step, 2026-12-03: its steps at 50% replayed 706 ops where that view's plan replays 403,
 /// cheaper ones than the forward times said).
-fn plan_points(points: &mut [report::BudgetInfo], view: &remat::planner::GraphView) {
+fn plan_points(
+    points: &mut [report::BudgetInfo],
+    view: &remat::planner::GraphView,
+    grads: Option<&remat::planner::GradProfile>,
+) {
     for point in points {
         let Some(bytes) = point.ran_bytes.filter(|&b| b != u64::MAX) else {
             continue;
         };
         let start = std::time::Instant::now();
-        let planned = remat::planner::plan(view, bytes);
+        let planned = remat::planner::plan(view, bytes).ok();
         point.plan_ms = Some(start.elapsed().as_secs_f64() * 1e3);
         point.planned_ns = planned
-            .ok()
-            .and_then(|s| remat::planner::simulate(view, &s, bytes).ok())
+            .as_ref()
+            .and_then(|s| remat::planner::simulate(view, s, bytes).ok())
             .map(|o| o.recompute_cost);
+        // NOTE [grads-in-flight] in `remat`'s `planner/grads.rs`: the gradients of the
+        // calibration step's pass, which has this view's step order.
+        point.step_peak_bytes = planned
+            .as_ref()
+            .zip(grads)
+            .and_then(|(s, grads)| remat::planner::step_peak(view, s, grads).ok());
         let bound = remat::planner::recompute_lower_bound(view, bytes);
         let searched = remat::planner::exact_optimum(view, bytes, report::SEARCH_STATES);
         let (optimum, proved) = match searched {

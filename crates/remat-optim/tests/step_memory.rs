@@ -157,6 +157,31 @@ fn with_a_budget_the_whole_step_peaks_at_a_fraction_of_save_all_s() {
     let (save_all, trained) = run(remat::Policy::SaveAll, false);
     // A quarter of K: above the smallest budget of this graph (two values).
     let (budget, budget_trained) = run(remat::Policy::Budget(kept / 4), true);
+    // NOTE [grads-in-flight] in `remat`'s `planner/grads.rs`: the gradients the pass held,
+    // which `tradeoff()` adds to each budget's held bytes. With the step inside backward
+    // the weights' gradients leave as they complete; with the separate step all of them
+    // are there at the end.
+    let gradients = |what: &str| {
+        let report = remat::tradeoff().expect("a step ran under a budget");
+        assert!(
+            report.rows.iter().all(|row| row.step_peak_bytes.is_some()),
+            "{what}: a row without its step peak"
+        );
+        report.grads.expect("the pass's gradients").peak_bytes()
+    };
+    let inside_gradients = gradients("inside backward");
+    run(remat::Policy::Budget(kept / 4), false);
+    let separate_gradients = gradients("separate step");
+    let all = (8 * (W * W + W) * 4) as u64;
+    eprintln!(
+        "gradients held at most: {inside_gradients} bytes inside backward, \
+         {separate_gradients} with the separate step ({all} bytes of weights)"
+    );
+    assert!(
+        separate_gradients >= all && inside_gradients <= all / 2,
+        "gradients held at most: {inside_gradients} bytes inside backward, \
+         {separate_gradients} with the separate step ({all} bytes of weights)"
+    );
     eprintln!(
         "step heap peak: SaveAll and the separate step {save_all} bytes; a quarter of K ({} \
          bytes) with the step inside backward {budget} bytes ({:.2}x)",

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::budget;
 use crate::graph::grads::Gradients;
 use crate::graph::{GraphNode, ScheduledPass};
+use crate::planner::GradProfile;
 
 /// The schedule of a pass over nodes recorded under a budget, or `None`.
 ///
@@ -27,6 +28,7 @@ pub(crate) fn schedule(order: &[Arc<dyn GraphNode>]) -> Option<Box<dyn Scheduled
         plan,
         held,
         pending: Some(pending),
+        grads: None,
     }))
 }
 
@@ -37,6 +39,9 @@ struct BudgetPass {
     plan: budget::PassActions,
     held: u64,
     pending: Option<budget::Pending>,
+    /// The gradients the pass held, step by step, from its first node on (NOTE
+    /// [grads-in-flight] in `planner/grads.rs`).
+    grads: Option<GradProfile>,
 }
 
 impl Drop for BudgetPass {
@@ -56,11 +61,20 @@ impl ScheduledPass for BudgetPass {
         grads: &mut Gradients,
     ) {
         let actions = self.plan.at(i);
-        budget::carry_out(order, &actions, grads, &mut self.held, self.budget);
+        let profile = self.grads.get_or_insert_with(|| {
+            grads.take_peak();
+            GradProfile {
+                before_bytes: grads.live_bytes(),
+                measured_peak_bytes: self.held + grads.live_bytes(),
+                ..GradProfile::default()
+            }
+        });
+        budget::carry_out(order, &actions, grads, &mut self.held, self.budget, profile);
     }
 
     fn after_pass(&mut self) {
-        if let Some(pending) = self.pending.take() {
+        if let Some(mut pending) = self.pending.take() {
+            pending.grads = self.grads.take();
             budget::after_pass(pending, true);
         }
     }

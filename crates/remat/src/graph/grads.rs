@@ -36,7 +36,14 @@ impl GradKey for NodeId {
 /// soon as their node's step has used them.
 #[derive(Default)]
 pub struct Gradients {
-    map: HashMap<NodeId, Box<dyn Any + Send>>,
+    map: HashMap<NodeId, Entry>,
+    /// Bytes of the gradients held (NOTE [grads-in-flight] in `planner/grads.rs`).
+    bytes: u64,
+    /// The most of `bytes` since [`Gradients::take_peak`].
+    peak: u64,
+    /// Bytes of the gradient a running step took ([`Gradients::take_for_step`]), counted
+    /// in `bytes` until the step ends.
+    stepping: u64,
     /// Gradients a collective wrote that are not synchronised yet, each with the
     /// synchronisation to run before it is read. Empty unless a backward pass all-reduced a
     /// gradient; emptied when the pass ends.
@@ -45,6 +52,17 @@ pub struct Gradients {
 
 /// A collective's synchronisation on one device (the inner backend's `sync_collective`).
 type Synchronise = Box<dyn Fn() + Send>;
+
+/// One gradient, type-erased, with its size.
+struct Entry {
+    grad: Box<dyn Any + Send>,
+    bytes: u64,
+}
+
+/// Bytes of a tensor's elements.
+fn bytes_of<B: Backend>(grad: &FloatTensor<B>) -> u64 {
+    (grad.shape().num_elements() * grad.dtype().size()) as u64
+}
 
 impl core::fmt::Debug for Gradients {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -76,7 +94,50 @@ impl Gradients {
             Some(previous) => B::float_add(previous, grad),
             None => grad,
         };
-        self.map.insert(id, Box::new(grad));
+        self.insert::<B>(id, grad);
+    }
+
+    /// Stores `grad` under `id` (nothing is there) and counts its bytes.
+    fn insert<B: Backend>(&mut self, id: NodeId, grad: FloatTensor<B>) {
+        let bytes = bytes_of::<B>(&grad);
+        self.bytes += bytes;
+        self.peak = self.peak.max(self.bytes);
+        let entry = Entry {
+            grad: Box::new(grad),
+            bytes,
+        };
+        if let Some(replaced) = self.map.insert(id, entry) {
+            self.bytes -= replaced.bytes;
+        }
+    }
+
+    /// Removes and returns the gradient of `id` for its node's step, which holds it while
+    /// it runs: its bytes stay counted until [`Gradients::step_done`] (NOTE
+    /// [grads-in-flight] in `planner/grads.rs`).
+    pub(crate) fn take_for_step<B: Backend>(&mut self, id: NodeId) -> Option<FloatTensor<B>> {
+        let before = self.bytes;
+        let grad = self.remove::<B>(id)?;
+        let bytes = before - self.bytes;
+        self.bytes = before;
+        self.stepping += bytes;
+        Some(grad)
+    }
+
+    /// The step that took a gradient ([`Gradients::take_for_step`]) ended: it no longer
+    /// holds it.
+    pub(crate) fn step_done(&mut self) {
+        self.bytes -= std::mem::take(&mut self.stepping);
+    }
+
+    /// Bytes of the gradients held now (NOTE [grads-in-flight] in `planner/grads.rs`).
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The most bytes held since the last call (or since the container was made); the count
+    /// starts again from the bytes held now.
+    pub(crate) fn take_peak(&mut self) -> u64 {
+        std::mem::replace(&mut self.peak, self.bytes)
     }
 
     /// The gradient of a node (by id, or by tensor: `grads.get::<B>(&tensor)`), if any.
@@ -89,7 +150,7 @@ impl Gradients {
         }
         self.map
             .get(&id)
-            .and_then(|g| g.downcast_ref::<FloatTensor<B>>())
+            .and_then(|e| e.grad.downcast_ref::<FloatTensor<B>>())
             .cloned()
     }
 
@@ -97,11 +158,19 @@ impl Gradients {
     pub fn remove<B: Backend>(&mut self, key: impl GradKey) -> Option<FloatTensor<B>> {
         let id = key.grad_id()?;
         self.synchronise(id);
-        match self.map.remove(&id)?.downcast::<FloatTensor<B>>() {
-            Ok(grad) => Some(*grad),
+        let entry = self.map.remove(&id)?;
+        match entry.grad.downcast::<FloatTensor<B>>() {
+            Ok(grad) => {
+                self.bytes -= entry.bytes;
+                Some(*grad)
+            }
             Err(other) => {
                 // Another backend's gradient under this id: leave it where it was.
-                self.map.insert(id, other);
+                let entry = Entry {
+                    grad: other,
+                    bytes: entry.bytes,
+                };
+                self.map.insert(id, entry);
                 None
             }
         }
@@ -113,7 +182,7 @@ impl Gradients {
         self.synchronise(id);
         self.map
             .get_mut(&id)
-            .and_then(|g| g.downcast_mut::<FloatTensor<B>>())
+            .and_then(|e| e.grad.downcast_mut::<FloatTensor<B>>())
     }
 
     /// Registers (adds) a gradient that a collective wrote and that is not synchronised yet:
@@ -129,7 +198,7 @@ impl Gradients {
             self.register::<B>(id, grad);
             return;
         }
-        self.map.insert(id, Box::new(grad));
+        self.insert::<B>(id, grad);
         self.unsynced
             .push((id, Box::new(move || B::sync_collective(&device))));
     }

@@ -875,10 +875,12 @@ impl<B: Backend> GraphNode for Node<B> {
             return 0;
         };
         let constants = charged_constants(&op.inputs);
-        // No gradient reached the node: nothing to read or compute.
-        if let Some(grad) = grads.remove::<B>(self.id) {
+        // No gradient reached the node: nothing to read or compute. The step holds its
+        // gradient while it runs (NOTE [grads-in-flight] in `planner/grads.rs`).
+        if let Some(grad) = grads.take_for_step::<B>(self.id) {
             let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
             op.rule.vjp(&mut cx, grad);
+            grads.step_done();
         }
         drop(op);
         constants

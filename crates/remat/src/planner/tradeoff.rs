@@ -6,7 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::error::mib;
-use super::{GraphView, plan, recompute_lower_bound, simulate, smallest_budget};
+use super::{
+    GradProfile, GraphView, plan, recompute_lower_bound, simulate, smallest_budget, step_peak,
+};
 
 /// One budget of the ladder and what the planner predicts for it.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,6 +17,10 @@ pub struct TradeoffRow {
     pub budget_bytes: u64,
     /// The predicted most bytes held (at most the budget).
     pub peak_bytes: u64,
+    /// The predicted most bytes of held values plus gradients in flight: the step's peak of
+    /// what remat holds (NOTE \[grads-in-flight\] in `grads.rs`); `None` without the
+    /// gradients of a pass ([`tradeoff`] on a view alone).
+    pub step_peak_bytes: Option<u64>,
     /// The predicted cost of the replays (ns).
     pub recompute_cost: f64,
     /// The replays' cost as a fraction of one forward pass.
@@ -42,6 +48,10 @@ pub struct Tradeoff {
     pub forward_cost: f64,
     /// One row per budget, ascending.
     pub rows: Vec<TradeoffRow>,
+    /// The gradients of the pass the view was taken from, step by step (NOTE
+    /// \[grads-in-flight\]): `remat::tradeoff()` carries them; `None` for [`tradeoff`] on a
+    /// view alone.
+    pub grads: Option<GradProfile>,
     /// The view the rows were planned from: plan it at any other budget with
     /// [`plan`](super::plan), or save it (`Display`) and read it back (`FromStr`) to study a
     /// model's graph away from the model.
@@ -57,11 +67,18 @@ const LADDER: [f64; 8] = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9, 1.0];
 /// Plans `view` at the smallest feasible budget, at fractions of the keep-all peak above
 /// it, and at the keep-all peak.
 pub fn tradeoff(view: &GraphView) -> Tradeoff {
-    tradeoff_shared(Arc::new(view.clone()))
+    tradeoff_shared(Arc::new(view.clone()), None)
 }
 
-/// [`tradeoff`] for a view already shared.
-pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
+/// [`tradeoff`] with the gradients a pass over `view` held (NOTE \[grads-in-flight\]):
+/// each row also predicts its step's peak of held values plus gradients
+/// ([`TradeoffRow::step_peak_bytes`]).
+pub fn tradeoff_with_grads(view: &GraphView, grads: GradProfile) -> Tradeoff {
+    tradeoff_shared(Arc::new(view.clone()), Some(grads))
+}
+
+/// [`tradeoff`] for a view already shared, with its pass's gradients where known.
+pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>) -> Tradeoff {
     let view = &*shared;
     let min_budget = smallest_budget(view);
     let forward_cost = view.forward_cost();
@@ -108,6 +125,9 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
             Some(TradeoffRow {
                 budget_bytes: budget,
                 peak_bytes: outcome.peak_bytes,
+                step_peak_bytes: grads
+                    .as_ref()
+                    .and_then(|grads| step_peak(view, &schedule, grads).ok()),
                 recompute_cost: outcome.recompute_cost,
                 recompute_fraction: if forward_cost > 0.0 {
                     outcome.recompute_cost / forward_cost
@@ -125,6 +145,7 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>) -> Tradeoff {
         keep_all_bytes: keep_all,
         forward_cost,
         rows,
+        grads,
         view: shared,
     }
 }
@@ -138,10 +159,15 @@ impl fmt::Display for Tradeoff {
             mib(self.min_budget_bytes),
             self.forward_cost / 1e6
         )?;
+        let grads = self.grads.is_some();
+        write!(f, "{:>14} {:>14}", "budget", "peak")?;
+        if grads {
+            write!(f, " {:>16}", "peak with grads")?;
+        }
         writeln!(
             f,
-            "{:>14} {:>14} {:>8} {:>14} {:>10} {:>9} {:>14}",
-            "budget", "peak", "of all", "extra compute", "of fwd", "replays", "at least"
+            " {:>8} {:>14} {:>10} {:>9} {:>14}",
+            "of all", "extra compute", "of fwd", "replays", "at least"
         )?;
         for row in &self.rows {
             let share = if self.keep_all_bytes > 0 {
@@ -152,11 +178,19 @@ impl fmt::Display for Tradeoff {
             let bound = row
                 .lower_bound
                 .map_or_else(|| "-".to_owned(), |b| format!("{:.3} ms", b / 1e6));
+            write!(
+                f,
+                "{:>14} {:>14}",
+                mib(row.budget_bytes),
+                mib(row.peak_bytes)
+            )?;
+            if grads {
+                let with = row.step_peak_bytes.map_or_else(|| "-".to_owned(), mib);
+                write!(f, " {with:>16}")?;
+            }
             writeln!(
                 f,
-                "{:>14} {:>14} {:>7.0}% {:>11.3} ms {:>9.1}% {:>9} {:>14}",
-                mib(row.budget_bytes),
-                mib(row.peak_bytes),
+                " {:>7.0}% {:>11.3} ms {:>9.1}% {:>9} {:>14}",
                 share,
                 row.recompute_cost / 1e6,
                 100.0 * row.recompute_fraction,

@@ -13,13 +13,17 @@ use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
 use super::session::compact_thread_session;
-use super::{FAILED_NEED, LAST_VIEW, PLANS, Side, THREAD_VIEW, set_next, set_sides};
+use super::{
+    FAILED_NEED, LAST_GRADS, LAST_VIEW, PLANS, Side, THREAD_GRADS, THREAD_VIEW, set_next, set_sides,
+};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
-use crate::planner::{self, Action, GraphView};
+use crate::planner::{self, Action, GradProfile, GraphView};
 
 /// Carries out one node's actions (positions in `order`; see [`plan_pass`]); `held` counts
 /// the bytes the schedule holds, checked against `budget` before every op in debug builds.
+/// `profile` gets the gradients held during and after each step, and the most held values
+/// plus gradients (NOTE \[grads-in-flight\] in `planner/grads.rs`).
 ///
 /// [`plan_pass`]: super::plan_pass
 pub(crate) fn carry_out(
@@ -28,6 +32,7 @@ pub(crate) fn carry_out(
     grads: &mut crate::grads::Gradients,
     held: &mut u64,
     budget: u64,
+    profile: &mut GradProfile,
 ) {
     let node = |v: u32| {
         order[v as usize].as_ref().unwrap_or_else(|| {
@@ -96,6 +101,8 @@ pub(crate) fn carry_out(
                     freed += node(v).scheduled_free();
                 }
                 *held = (*held + bytes).saturating_sub(freed);
+                let measured = *held + grads.live_bytes();
+                profile.measured_peak_bytes = profile.measured_peak_bytes.max(measured);
                 k += frees.len();
             }
             Action::Free(v) => *held = held.saturating_sub(node(v).scheduled_free()),
@@ -108,11 +115,20 @@ pub(crate) fn carry_out(
                     let u = node(a);
                     (u, stepping.step_reads_of(u.id()))
                 });
+                // NOTE [grads-in-flight]: the gradients between two steps (a leaf's handed
+                // to the optimizer, say) count in this step's most.
+                let before = *held;
                 *held = held.saturating_sub(stepping.scheduled_step(grads));
+                let during = grads.take_peak();
                 for (a, handed) in frees.iter().zip(handed) {
                     let freed = node(a.node()).scheduled_free();
                     *held = held.saturating_sub(freed.max(handed));
                 }
+                let after = grads.live_bytes();
+                profile.during_bytes.push(during);
+                profile.after_bytes.push(after);
+                let measured = (before + during).max(*held + after);
+                profile.measured_peak_bytes = profile.measured_peak_bytes.max(measured);
                 k += frees.len();
             }
             Action::Keep(_) | Action::Compute(_) => {}
@@ -142,9 +158,25 @@ fn hand_over<'n>(
 /// starting like it plans ahead from (NOTE \[plan-ahead\] in `mod.rs`), and the one
 /// [`tradeoff`](super::tradeoff) reads.
 /// `side_read`: an op of the step read a free side op (NOTE \[side-view\] in `mod.rs`);
-/// `stopped`: the step stopped as too small (NOTE \[stopped-view\]).
-pub(super) fn ran_last(view: Arc<GraphView>, sides: Arc<[Side]>, side_read: bool, stopped: bool) {
+/// `stopped`: the step stopped as too small (NOTE \[stopped-view\]); `grads`: the
+/// gradients of a pass that completed (NOTE \[grads-in-flight\] in `planner/grads.rs`),
+/// kept for `tradeoff` with the view (those of an earlier pass of the same graph stay).
+pub(super) fn ran_last(
+    view: Arc<GraphView>,
+    sides: Arc<[Side]>,
+    side_read: bool,
+    stopped: bool,
+    grads: Option<GradProfile>,
+) {
     let signature = planner::signature(&view);
+    let grads = grads.map(|grads| (signature, Arc::new(grads)));
+    let keep = |slot: &mut Option<(u64, Arc<GradProfile>)>| match &grads {
+        Some(_) => slot.clone_from(&grads),
+        None if slot.as_ref().is_some_and(|(s, _)| *s != signature) => *slot = None,
+        None => {}
+    };
+    THREAD_GRADS.with(|slot| keep(&mut slot.borrow_mut()));
+    keep(&mut LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner()));
     set_sides(signature, sides);
     if let Some(before) = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(_, s, _)| *s)) {
         // NOTE [next-graph].
@@ -192,5 +224,6 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
                 .insert_shared(view.clone(), pending.budget, schedule)
         });
     }
-    ran_last(view, pending.sides, pending.side_read, false);
+    let grads = pending.grads.filter(|_| completed);
+    ran_last(view, pending.sides, pending.side_read, false, grads);
 }

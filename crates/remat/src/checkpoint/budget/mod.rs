@@ -68,7 +68,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::policy::Cost;
-use crate::planner::{GraphView, PlanCache};
+use crate::planner::{GradProfile, GraphView, PlanCache};
 
 pub(crate) use carry::{after_pass, carry_out};
 pub(crate) use pass::{PassActions, Pending, pass_budget, plan_pass};
@@ -90,6 +90,9 @@ thread_local! {
     /// ([`crate::planner::signature`]), and whether an op read a free side op (NOTE
     /// \[side-view\]).
     static THREAD_VIEW: RefCell<Option<(Arc<GraphView>, u64, bool)>> = const { RefCell::new(None) };
+    /// The gradients of this thread's last completed pass under a budget, with its view's
+    /// signature (NOTE \[grads-in-flight\] in `planner/grads.rs`).
+    static THREAD_GRADS: RefCell<Option<(u64, Arc<GradProfile>)>> = const { RefCell::new(None) };
     /// What a step under a budget was found to need when it stopped as too small, in its
     /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
     /// completes.
@@ -250,6 +253,10 @@ const PLANS_KEPT: usize = 16;
 
 /// The last backward pass's view under a budget, for [`tradeoff`].
 static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
+
+/// The gradients of the last completed pass under a budget on any thread, with its view's
+/// signature (NOTE \[grads-in-flight\] in `planner/grads.rs`).
+static LAST_GRADS: Mutex<Option<(u64, Arc<GradProfile>)>> = Mutex::new(None);
 
 /// The id of budget `bytes` (never 0).
 pub(crate) fn intern(bytes: u64) -> u32 {

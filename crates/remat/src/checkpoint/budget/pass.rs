@@ -587,7 +587,7 @@ pub(crate) fn plan_pass(
                     }
                 }
                 // NOTE [stopped-view]: the next step plans ahead from this graph.
-                super::carry::ran_last(view.clone(), sides.clone(), side_read, true);
+                super::carry::ran_last(view.clone(), sides.clone(), side_read, true, None);
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {
@@ -618,6 +618,7 @@ pub(crate) fn plan_pass(
         samples: cost::replay_samples(),
         sides,
         side_read,
+        grads: None,
     };
     (per_node, held_bytes, budget, pending)
 }
@@ -639,6 +640,9 @@ pub(crate) struct Pending {
     /// An op of the step read a free side op: the view is not the graph as recorded
     /// online, so no plan is made of it (NOTE \[side-view\] in `mod.rs`).
     pub(super) side_read: bool,
+    /// The gradients the pass held, step by step, once it completed (NOTE
+    /// \[grads-in-flight\] in `planner/grads.rs`).
+    pub(crate) grads: Option<planner::GradProfile>,
 }
 
 // NOTE [shared-chunks]: a pass carried out a copy of its actions cut per node (a vector

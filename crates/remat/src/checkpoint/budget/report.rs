@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{FAILED_NEED, LAST_VIEW, THREAD_VIEW};
+use super::{FAILED_NEED, LAST_GRADS, LAST_VIEW, THREAD_GRADS, THREAD_VIEW};
 use crate::checkpoint::policy::{Policy, with_policy};
 use crate::planner::{self, GraphView, Tradeoff};
 
@@ -128,8 +128,30 @@ pub fn try_with_budget<R>(budget_bytes: u64, f: impl FnOnce() -> R) -> Result<R,
 /// To pick a budget for a model: run one step under `Policy::Budget(u64::MAX)` (which keeps
 /// what [`Policy::SaveAll`](crate::Policy::SaveAll) keeps), print this, and set the
 /// budget whose extra compute you accept.
+///
+/// Each row also predicts the step's peak of held values plus gradients in flight
+/// ([`TradeoffRow::step_peak_bytes`](crate::planner::TradeoffRow::step_peak_bytes)), from the
+/// gradients the last completed pass of that graph held step by step ([`Tradeoff::grads`];
+/// NOTE \[grads-in-flight\] in `planner/grads.rs`): with the optimizer step inside
+/// backward (`remat-optim`), from a pass that ran that way.
 pub fn tradeoff() -> Option<Tradeoff> {
-    last_view().map(planner::tradeoff_shared)
+    let view = last_view()?;
+    let grads = grads_of(&view);
+    Some(planner::tradeoff_shared(view, grads))
+}
+
+/// The gradients of the last completed pass of `view`'s graph: this thread's, else the
+/// process's (NOTE \[grads-in-flight\] in `planner/grads.rs`).
+fn grads_of(view: &GraphView) -> Option<planner::GradProfile> {
+    let signature = planner::signature(view);
+    let matching = |slot: &Option<(u64, Arc<planner::GradProfile>)>| {
+        slot.as_ref()
+            .filter(|(s, _)| *s == signature)
+            .map(|(_, grads)| (**grads).clone())
+    };
+    THREAD_GRADS
+        .with(|slot| matching(&slot.borrow()))
+        .or_else(|| matching(&LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner())))
 }
 
 /// The view of the last step run under a budget (see [`tradeoff`]).
