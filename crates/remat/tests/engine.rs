@@ -414,6 +414,36 @@ fn a_kept_view_of_a_parameter_counts_with_the_leaves() {
     assert_eq!(remat::stats().leaf_bytes, before.leaf_bytes);
 }
 
+/// A parameter read by many ops (the weight of every step of a recurrence) is one buffer:
+/// `stats()` counts its bytes once and `saved_values()` lists it once, however many of the
+/// ops hold it for their backward step (NOTE [shared-constants]; it was counted once per op,
+/// 5 x 128 bytes here).
+#[test]
+fn a_parameter_read_by_many_ops_counts_once_with_the_leaves() {
+    let _s = serial();
+    let before = remat::stats();
+    let w = leaf(vec![0.5; 16], &[4, 4]);
+    let y = remat::with_policy(Policy::SaveAll, || {
+        let mut h = leaf(vec![1.0; 8], &[2, 4]);
+        for _ in 0..5 {
+            h = A::float_tanh(A::float_matmul(h, w.clone()));
+        }
+        h
+    });
+    let after = remat::stats();
+    // The weight (16 f64), once; the first `h`, a leaf too, is read by the first matmul.
+    assert_eq!(after.leaf_bytes - before.leaf_bytes, 16 * 8 + 8 * 8);
+    let listed = remat::saved_values()
+        .0
+        .iter()
+        .filter(|v| v.reason == remat::KeepReason::Leaf && v.shape == vec![4, 4])
+        .count();
+    assert_eq!(listed, 1, "the weight is listed once");
+    let grads = A::backward(A::float_sum(y));
+    assert!(A::grad(&w, &grads).is_some());
+    assert_eq!(remat::stats().leaf_bytes, before.leaf_bytes);
+}
+
 /// Graphs recorded and differentiated on several threads at once, all reading one shared
 /// parameter (a data-parallel step): every thread gets its own exact gradient, under SaveAll
 /// and RecomputeAll (policies are per thread inside `with_policy`), and a graph recorded on

@@ -388,7 +388,17 @@ fn edge<B: Backend>(
                 }
                 parent.require_value(&primitive, mark == Forced::Recompute);
             }
-            Some(_leaf) => held = Some(Kept::new(primitive.clone(), KeepReason::Leaf, op)),
+            // A leaf read by many ops (a parameter read at every step of a recurrence) is
+            // one buffer: its edges share one ticket, keyed by the leaf's id, so `stats`
+            // counts and lists it once (NOTE [shared-constants]; no budget charges it).
+            Some(leaf) => {
+                held = Some(Kept::shared(
+                    primitive.clone(),
+                    KeepReason::Leaf,
+                    op,
+                    leaf.id.value,
+                ));
+            }
             None if let Some(fill) = fill => held = Some(Kept::fill(fill, &primitive)),
             None => {
                 let key = key.expect("remat internal error: an untracked input has an id");
