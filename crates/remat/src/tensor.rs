@@ -18,13 +18,14 @@
 //! - `untracked_id` is unminted (zero) on tracked tensors; on an untracked tensor, once
 //!   minted it never changes, and a clone carries the same id.
 //! - An id with a [`Fill`] tag is minted only by [`AutodiffTensor::filled`], on a tensor
-//!   whose every element is that fill (NOTE [fill-constants]).
+//!   that constructor of the fill made (NOTE [fill-constants]).
 //!
 //! NOTE [fill-constants]: an untracked tensor made by `zeros`, `ones` or `empty` is a
-//! constant whose value any replay can make again for free. When an op that a replay may run reads one, its
-//! edge keeps the recipe (the fill, the shape, the dtype, the device), not the buffer
-//! (`Kept::fill` in `graph/node.rs`): the budget's model charges it nothing, and the op's
-//! inner call owns the buffer, so an inner kernel may write into it in place. Burn's `Lstm`
+//! constant whose value any replay can make again for free. When a replay reads one and the
+//! op's backward step does not, the op's edge keeps the recipe (the fill, the shape, the
+//! dtype, the device), not the buffer (`Kept::fill` in `graph/node.rs`): the budget's model
+//! charges it nothing, and the op's inner call owns the buffer, so an inner kernel may write
+//! into it in place. A fill a backward step reads stays held (`edge` in `ops/record.rs`). Burn's `Lstm`
 //! and `Gru` write their stacked output into an `empty` tensor of the whole output's size:
 //! under a budget its first `slice_assign` held that buffer on its edge for a replay, 2 MiB
 //! on a batch of 32 over 64 steps of 256 features, and Flex copied it, since the buffer was
@@ -172,8 +173,8 @@ impl<B: Backend> AutodiffTensor<B> {
         }
     }
 
-    /// The fill of an untracked tensor made by `zeros` or `ones`, or a clone of one (NOTE
-    /// [fill-constants]); `None` for any other tensor. Mints nothing.
+    /// The fill of an untracked tensor made by `zeros`, `ones` or `empty`, or a clone of one
+    /// (NOTE [fill-constants]); `None` for any other tensor. Mints nothing.
     pub(crate) fn fill(&self) -> Option<Fill> {
         match self.node {
             Some(_) => None,
