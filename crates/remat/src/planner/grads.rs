@@ -102,22 +102,13 @@ pub fn step_peak(view: &GraphView, schedule: &Schedule, grads: &GradProfile) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::Node;
 
     /// Three 100-byte ops in a chain, each step reading the value before it, kept whole:
     /// held 100 and 200 bytes in the forward pass, 200 through the first step, then 100
     /// and 0. The gradients add to each point of the step order.
     #[test]
     fn the_gradients_add_to_the_held_bytes_at_each_point_of_the_step_order() {
-        let nodes = (0..3u32)
-            .map(|i| {
-                let previous: Vec<u32> = if i == 0 { vec![] } else { vec![i - 1] };
-                Node::new("f", 100, 1.0)
-                    .inputs(previous.clone())
-                    .step_reads(previous)
-            })
-            .collect();
-        let view = GraphView::new(nodes).expect("a chain is valid");
+        let view = crate::planner::tests::chain(3, 100, 1.0);
         use Action::*;
         let schedule = Schedule::new(vec![
             Compute(0),
