@@ -1,4 +1,5 @@
-//! A counting global allocator: live bytes, a resettable peak, allocation counts.
+//! A counting global allocator: live bytes, a resettable peak, allocation counts, and an
+//! optional cap on the live bytes (the capacity trials).
 //!
 //! Every thread's allocations count (the inner backends may use worker threads).
 
@@ -12,6 +13,10 @@ static LIVE: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+/// The highest `LIVE` since the process started (never reset).
+static PROCESS_PEAK: AtomicU64 = AtomicU64::new(0);
+/// The most live bytes an allocation may bring the process to ([`set_cap`]).
+static CAP: AtomicU64 = AtomicU64::new(u64::MAX);
 
 fn grow(bytes: usize, new_allocation: bool) {
     if new_allocation {
@@ -20,16 +25,27 @@ fn grow(bytes: usize, new_allocation: bool) {
     ALLOCATED.fetch_add(bytes as u64, Relaxed);
     let live = LIVE.fetch_add(bytes as u64, Relaxed) + bytes as u64;
     PEAK.fetch_max(live, Relaxed);
+    PROCESS_PEAK.fetch_max(live, Relaxed);
+}
+
+/// Whether `bytes` more would take the live heap past the cap. Threads racing past the check
+/// together can overshoot it by their allocations' sizes; a trial's cap is far larger.
+fn over_cap(bytes: usize) -> bool {
+    LIVE.load(Relaxed).saturating_add(bytes as u64) > CAP.load(Relaxed)
 }
 
 fn shrink(bytes: usize) {
     LIVE.fetch_sub(bytes as u64, Relaxed);
 }
 
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged; the counters
-// are plain atomics and never allocate.
+// SAFETY: every call forwards to `System` with the caller's arguments unchanged, or returns
+// null (an allocation failure, which the contract allows) past the cap; the counters are plain
+// atomics and never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if over_cap(layout.size()) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: same contract as ours.
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
@@ -39,6 +55,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if over_cap(layout.size()) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: same contract as ours.
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
@@ -54,6 +73,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() && over_cap(new_size - layout.size()) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: same contract as ours.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
@@ -76,6 +98,18 @@ pub fn live() -> u64 {
 /// Highest `live()` since the last [`reset_peak`].
 pub fn peak() -> u64 {
     PEAK.load(Relaxed)
+}
+
+/// The highest live bytes since the process started.
+pub fn process_peak() -> u64 {
+    PROCESS_PEAK.load(Relaxed)
+}
+
+/// From now on, an allocation that would take the live heap past `bytes` fails (returns null:
+/// Rust's allocation-error handler then aborts the process). For the capacity trials, each in
+/// a process of its own.
+pub fn set_cap(bytes: u64) {
+    CAP.store(bytes, Relaxed);
 }
 
 /// Sets the peak to the current live bytes.

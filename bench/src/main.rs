@@ -15,6 +15,17 @@
 //!   --conv-batch-ndarray N (convnet batch on NdArray, default 2: its conv backward is slow)
 //!   --micro-ops N (default 100000)  --micro-reps N (default 3)  --no-micro
 //!   --report-only (regenerate RESULTS.md and the SVGs from results.json)
+//!   --processes N (default 3: the command runs in N processes, one after the other, and each
+//!   row is the median over them with their spread; `report::merge`)
+//!   --capacity (the capacity table, `capacity.rs`, into bench/capacity unless --out: the
+//!   largest batch each way trains within a heap cap, each trial a child process; on the
+//!   first backend, at --steps steps a trial, at least 3)
+//!     --cap-mib N (default: Burn NoCheckpointing's heap peak at the default batch)
+//!     --runs N (processes per way at the default batch, default 3)
+//!     --capacity-budget P (the search's budget, % of SaveAll's held bytes, default 10)
+//!     --profile-budgets 10,5 (budgets profiled at the default batch)
+//!     --update-readme (the headlines into README.md's capacity section)
+//!     --report-only (RESULTS.md and the README's section from the recorded capacity.json)
 //!   --out DIR (default: the bench directory)
 //!   --dump-views DIR (write each model's planner view, `remat::Tradeoff::view`, as text)
 //! ```
@@ -35,6 +46,7 @@
 //! planner's predicted curve (`remat::tradeoff()`), and a last point at its smallest budget.
 
 mod alloc;
+mod capacity;
 mod engine;
 mod models;
 mod report;
@@ -48,7 +60,7 @@ use report::{BudgetInfo, BudgetRun, EngineRun, Meta, MicroRun, ModelRun, Planner
 
 /// NdArray is deprecated in Burn 0.22 (in favour of Flex) but still a reference point.
 #[allow(deprecated)]
-type NdArray = burn_ndarray::NdArray;
+pub(crate) type NdArray = burn_ndarray::NdArray;
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
@@ -73,6 +85,16 @@ struct Opts {
     report_only: bool,
     out: PathBuf,
     dump_views: Option<PathBuf>,
+    /// `--capacity`: the capacity table instead of the step measurement.
+    capacity: bool,
+    cap_mib: Option<u64>,
+    runs: usize,
+    capacity_percent: u32,
+    profile_percents: Vec<u32>,
+    update_readme: bool,
+    out_given: bool,
+    /// Processes whose runs are joined (`report::merge`).
+    processes: usize,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -95,6 +117,23 @@ fn parse_args() -> Result<Opts, String> {
         report_only: false,
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
         dump_views: None,
+        capacity: false,
+        cap_mib: None,
+        runs: 3,
+        capacity_percent: 10,
+        profile_percents: vec![10, 5],
+        update_readme: false,
+        out_given: false,
+        processes: 3,
+    };
+    let percents = |flag: &str, list: Option<String>| -> Result<Vec<u32>, String> {
+        list.ok_or(format!("{flag} needs a value"))?
+            .split(',')
+            .map(|p| match p.trim_end_matches('%').parse::<u32>() {
+                Ok(p) if (1..=100).contains(&p) => Ok(p),
+                _ => Err(format!("{flag}: {p} is not a percentage in 1..=100")),
+            })
+            .collect()
     };
     let mut args = std::env::args().skip(1);
     let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
@@ -183,7 +222,21 @@ fn parse_args() -> Result<Opts, String> {
                     args.next().ok_or("--dump-views needs a directory")?,
                 ))
             }
-            "--out" => opts.out = PathBuf::from(args.next().ok_or("--out needs a value")?),
+            "--out" => {
+                opts.out = PathBuf::from(args.next().ok_or("--out needs a value")?);
+                opts.out_given = true;
+            }
+            "--capacity" => opts.capacity = true,
+            "--cap-mib" => opts.cap_mib = Some(number(&arg, args.next())? as u64),
+            "--runs" => opts.runs = number(&arg, args.next())?.max(1),
+            "--capacity-budget" => {
+                opts.capacity_percent = *percents(&arg, args.next())?
+                    .first()
+                    .ok_or("--capacity-budget needs a percentage")?
+            }
+            "--profile-budgets" => opts.profile_percents = percents(&arg, args.next())?,
+            "--update-readme" => opts.update_readme = true,
+            "--processes" => opts.processes = number(&arg, args.next())?.max(1),
             "-h" | "--help" => {
                 return Err("see the flags at the top of bench/src/main.rs".into());
             }
@@ -575,6 +628,7 @@ fn run_model(opts: &Opts, kind: Kind, backend: &str) -> Result<ModelRun, String>
                 .iter()
                 .all(|s| s.fingerprint.hash == last.fingerprint.hash),
             trace,
+            process_rounds: Vec::new(),
         });
     }
     drop(runners);
@@ -709,7 +763,14 @@ fn run_micro(opts: &Opts, backend: &str) -> Vec<MicroRun> {
 }
 
 fn real_main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("--capacity-child") {
+        return capacity::child(&args.next().ok_or("--capacity-child needs a trial")?);
+    }
     let opts = parse_args()?;
+    if opts.capacity {
+        return run_capacity(&opts);
+    }
     let json_path = opts.out.join("results.json");
     let mut results = if opts.report_only {
         let text = std::fs::read_to_string(&json_path)
@@ -725,6 +786,8 @@ fn real_main() -> Result<(), String> {
             }
         }
         results
+    } else if opts.processes > 1 {
+        run_processes(&opts)?
     } else {
         let mut runs = Vec::new();
         for &kind in &opts.models {
@@ -771,6 +834,78 @@ fn real_main() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Runs this command in `--processes` child processes, one after the other, each with
+/// `--processes 1` into a directory of its own under `--out`, and joins their results
+/// (`report::merge`); the directories are removed after.
+fn run_processes(opts: &Opts) -> Result<Results, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut all = Vec::new();
+    for k in 1..=opts.processes {
+        let dir = opts.out.join(format!("process-{k}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        eprintln!("== process {k} of {}", opts.processes);
+        // A child whose checks failed exits 1 after writing its results: they are joined,
+        // and checked again together.
+        let mut child = std::process::Command::new(&exe);
+        child.args(&args);
+        if k > 1 {
+            // The per-op micro-benchmark is the first process's.
+            child.arg("--no-micro");
+        }
+        let status = child
+            .arg("--processes")
+            .arg("1")
+            .arg("--out")
+            .arg(&dir)
+            .status()
+            .map_err(|e| format!("spawn: {e}"))?;
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("process {k} ({status}) left no {}: {e}", path.display()))?;
+        all.push(
+            serde_json::from_str::<Results>(&text)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        );
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut merged = report::merge(all)?;
+    merged.meta.command = Meta::collect(opts.steps, opts.warmup, opts.micro_ops).command;
+    Ok(merged)
+}
+
+/// `--capacity` (`capacity.rs`): the models at their default sizes on the first backend.
+fn run_capacity(opts: &Opts) -> Result<(), String> {
+    let backend = opts.backends[0].clone();
+    if backend == "wgpu" {
+        return Err("--capacity caps the process's heap: run it on flex or ndarray".into());
+    }
+    let bench = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let copts = capacity::CapacityOpts {
+        configs: opts
+            .models
+            .iter()
+            .map(|&kind| config(opts, kind, &backend))
+            .collect(),
+        backend,
+        steps: opts.steps.max(capacity::STEADY_FROM + 1),
+        runs: opts.runs,
+        profile_percents: opts.profile_percents.clone(),
+        search_percent: opts.capacity_percent,
+        cap_bytes: opts.cap_mib.map(|m| m << 20),
+        out: if opts.out_given {
+            opts.out.clone()
+        } else {
+            bench.join("capacity")
+        },
+        readme: opts.update_readme.then(|| bench.join("../README.md")),
+    };
+    if opts.report_only {
+        return capacity::report_only(&copts);
+    }
+    capacity::run(&copts)
 }
 
 fn main() {

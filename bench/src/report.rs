@@ -43,6 +43,13 @@ pub struct Meta {
     pub warmup: usize,
     /// Ops in the micro-benchmark.
     pub micro_ops: usize,
+    /// Processes whose runs the results join (`--processes`); 1 for older results.
+    #[serde(default = "one")]
+    pub processes: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Meta {
@@ -87,6 +94,7 @@ impl Meta {
             steps,
             warmup,
             micro_ops,
+            processes: 1,
         }
     }
 }
@@ -186,6 +194,11 @@ pub struct EngineRun {
     pub deterministic: bool,
     /// Live bytes over one extra (untimed) step.
     pub trace: Option<Trace>,
+    /// Rounds of each process, where `times_ms` joins several processes' rounds (`merge`):
+    /// time ratios are then taken per process, and their median over the processes is the
+    /// row's, with the processes' lowest and highest as its spread.
+    #[serde(default)]
+    pub process_rounds: Vec<usize>,
 }
 
 /// The budget curve of one model on one backend.
@@ -354,8 +367,9 @@ pub struct Ratio {
     pub backend: String,
     /// The ratio.
     pub value: f64,
-    /// For time ratios: the lower and upper quartiles of the per-round ratios, so that a
-    /// reader can tell a difference from the noise of a shared machine.
+    /// For time ratios: the lower and upper quartiles of the per-round ratios, or over
+    /// several processes their lowest and highest median, so that a reader can tell a
+    /// difference from the noise of a shared machine.
     #[serde(default)]
     pub spread: Option<(f64, f64)>,
     /// Target: the ratio must be at most this.
@@ -372,7 +386,7 @@ pub struct Ratio {
 }
 
 impl Ratio {
-    /// The quartiles as `[lo, hi]`, or nothing for a ratio measured once.
+    /// The spread as `[lo, hi]`, or nothing for a ratio measured once.
     fn spread_text(&self) -> String {
         self.spread
             .map_or(String::new(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]"))
@@ -384,7 +398,10 @@ impl Ratio {
         }
         // A measurement below its floor means the floor's model of the step is wrong there
         // (it is a bound on a model, not on time): never "no schedule can" then.
-        let beaten = self.floor.filter(|&floor| self.value < floor);
+        // Only where the whole spread lies below it: a median below a floor the spread reaches
+        // is noise.
+        let top = self.spread.map_or(self.value, |(_, hi)| hi.max(self.value));
+        let beaten = self.floor.filter(|&floor| top < floor);
         match (self.target, self.floor) {
             (None, _) => "-".into(),
             (Some(t), _) if self.value <= t => match beaten {
@@ -592,7 +609,9 @@ fn floors_beaten(run: &ModelRun) -> Vec<String> {
             continue;
         }
         let (value, spread) = time_ratio(ours, all);
-        if value < floor {
+        // Only where the whole spread lies below the floor (issue 36: identical work varies
+        // by about 12% on this machine).
+        if spread.map_or(value, |(_, hi)| hi) < floor {
             // The floor prices a budgeted step as SaveAll's plus its replays; a step that
             // holds less may touch fewer fresh pages than SaveAll's (which the floor counts).
             let faults = match (ours.faults, all.faults) {
@@ -642,19 +661,92 @@ fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
 }
 
-/// Median of per-round ratios of step times, with their quartiles.
-fn time_ratio(a: &EngineRun, b: &EngineRun) -> (f64, Option<(f64, f64)>) {
-    let per_round: Vec<f64> = a
-        .times_ms
-        .iter()
-        .zip(&b.times_ms)
-        .map(|(x, y)| x / y)
-        .collect();
+/// Median of per-round ratios of step times, with their quartiles; over several processes
+/// (`merge`), the median of the processes' medians, with their lowest and highest.
+pub(crate) fn time_ratio(a: &EngineRun, b: &EngineRun) -> (f64, Option<(f64, f64)>) {
+    let ratios =
+        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
+    if a.process_rounds.len() > 1 && a.process_rounds == b.process_rounds {
+        let mut at = 0;
+        let mut medians = Vec::new();
+        for &n in &a.process_rounds {
+            medians.push(median(ratios(
+                &a.times_ms[at..at + n],
+                &b.times_ms[at..at + n],
+            )));
+            at += n;
+        }
+        let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        return (median(medians), Some((lo, hi)));
+    }
+    let per_round = ratios(&a.times_ms, &b.times_ms);
     let spread = (
         quantile(per_round.clone(), 0.25),
         quantile(per_round.clone(), 0.75),
     );
     (median(per_round), Some(spread))
+}
+
+/// One result from several processes' runs of the same command (`--processes`): each
+/// engine's rounds joined (`EngineRun::process_rounds`), its median step the median of the
+/// processes' medians, its held and allocator peaks the largest; the rest (budgets, the
+/// planner's columns, traces, fingerprints) from the first process. Problems are checked
+/// again on the joined runs; the other processes' own problems are kept beside them, a
+/// measurement below its floor only where the joined spread says so.
+pub fn merge(mut all: Vec<Results>) -> Result<Results, String> {
+    let mut merged = all.remove(0);
+    let processes = all.len() + 1;
+    for (r, run) in merged.runs.iter_mut().enumerate() {
+        let mut medians: Vec<Vec<f64>> = run.engines.iter().map(|e| vec![e.median_ms]).collect();
+        for e in &mut run.engines {
+            e.process_rounds = vec![e.times_ms.len()];
+        }
+        let mut extra_problems = Vec::new();
+        for (k, other) in all.iter().enumerate() {
+            let theirs = other
+                .runs
+                .get(r)
+                .filter(|o| o.model == run.model && o.backend == run.backend)
+                .ok_or_else(|| format!("process {} measured other models", k + 2))?;
+            for (i, e) in run.engines.iter_mut().enumerate() {
+                let o = theirs
+                    .engines
+                    .iter()
+                    .find(|o| o.label == e.label)
+                    .ok_or_else(|| {
+                        format!(
+                            "{} on {}: process {} has no {} (its budgets differ)",
+                            run.model,
+                            run.backend,
+                            k + 2,
+                            e.label
+                        )
+                    })?;
+                e.times_ms.extend(&o.times_ms);
+                e.forward_ms.extend(&o.forward_ms);
+                e.process_rounds.push(o.times_ms.len());
+                e.min_ms = e.min_ms.min(o.min_ms);
+                e.max_ms = e.max_ms.max(o.max_ms);
+                e.peak_bytes = e.peak_bytes.max(o.peak_bytes);
+                e.remat_peak_bytes = e.remat_peak_bytes.max(o.remat_peak_bytes);
+                e.deterministic &= o.deterministic && o.fingerprint.hash == e.fingerprint.hash;
+                medians[i].push(o.median_ms);
+            }
+            for p in &theirs.problems {
+                if !p.contains("below its floor") && !run.problems.contains(p) {
+                    extra_problems.push(format!("process {}: {p}", k + 2));
+                }
+            }
+        }
+        for (e, m) in run.engines.iter_mut().zip(medians) {
+            e.median_ms = median(m);
+        }
+        check(run);
+        run.problems.extend(extra_problems);
+    }
+    merged.meta.processes = processes;
+    Ok(merged)
 }
 
 /// Every ratio the issue asks for.
@@ -989,15 +1081,30 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
         "- Peak: the counting global allocator's peak during the step minus live bytes before it (includes the gradients). Kept: live bytes after forward + loss minus live bytes before the step (weights and input exist before and are excluded). Page faults: the process's minor page faults during the step (`/proc/self/stat`; pages its memory touched fresh from the kernel). All medians over steps.\n"
     );
     let _ = writeln!(s, "## Ratios vs Burn\n");
+    if m.processes > 1 {
+        let _ = writeln!(
+            s,
+            "The command ran in {} processes, one after the other. A time ratio is the median \
+             over the processes of each process's median per-round ratio; the lowest and the \
+             highest process follow in brackets (the spread). A ratio whose spread straddles \
+             1.0 is no measured difference, and a measurement counts as below its floor only \
+             where the whole spread is. Medians of step times are over the processes' medians; \
+             held and allocator peaks are the largest over the processes; the other columns \
+             (budgets, the planner's, traces) are the first process's.\n",
+            m.processes
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Time ratios are medians of per-round ratios; the quartiles of the per-round ratios \
+             follow in brackets. On a machine shared with other jobs they show how much of a \
+             difference is noise: a ratio whose quartiles straddle 1.0 is no measured \
+             difference.\n"
+        );
+    }
     let _ = writeln!(
         s,
-        "Time ratios are medians of per-round ratios; the quartiles of the per-round ratios \
-         follow in brackets. On a machine shared with other jobs they show how much of a \
-         difference is noise: a ratio whose quartiles straddle 1.0 is no measured difference.\n"
-    );
-    let _ = writeln!(
-        s,
-        "| model | backend | ratio | value | quartiles | target | met |"
+        "| model | backend | ratio | value | spread | target | met |"
     );
     let _ = writeln!(s, "|---|---|---|---:|---|---:|---|");
     for r in ratios {
@@ -1169,7 +1276,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
          A budget below the engine's smallest panics naming one that works: the panic is caught in the point's first (untimed) \
          step, the point marked too small, and its row measured at the named budget instead. \
          `Budget per-layer peak` is the per-layer regions' own held peak (transformer only). \
-         Ratios are to remat SaveAll (or, for the per-layer point, to the per-layer regions), medians of per-round ratios with quartiles. \
+         Ratios are to remat SaveAll (or, for the per-layer point, to the per-layer regions), medians with their spread as above. \
          Held peak: `remat::stats().peak_bytes` (largest over the timed steps; a point whose held peak passes its budget is listed as a problem in its model's section above); \
          allocator peak: the counting allocator's, as above (gradients and kernel temporaries included); allocator peak / SaveAll: over SaveAll's allocator peak. \
          Predicted held + grads: the step's peak of held values plus gradients in flight the planner predicts for the plan at the budget that ran (`remat::planner::step_peak`, with the gradients the step after the timed rounds held step by step: NOTE [grads-in-flight] in `remat`'s `planner/grads.rs`); the allocator's peak over it is checked within 10% (a point beyond is listed as a problem). \
@@ -1207,7 +1314,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, "Targets:\n");
         let _ = writeln!(
             s,
-            "| model | backend | ratio | value | quartiles | target | met |"
+            "| model | backend | ratio | value | spread | target | met |"
         );
         let _ = writeln!(s, "|---|---|---|---:|---|---:|---|");
         for r in target_rows {
@@ -1246,7 +1353,7 @@ fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
         let _ = writeln!(s, ".\n");
         let _ = writeln!(
             s,
-            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | quartiles | held peak MiB | allocator peak MiB | allocator peak / SaveAll | replays | predicted held MiB | predicted held + grads MiB | allocator peak / predicted held + grads | predicted replays | predicted time / SaveAll | planned time / SaveAll | replays measured / SaveAll | chain optimum / SaveAll | optimum / SaveAll | no schedule below | planning ms |"
+            "| point | budget MiB | ran under MiB | median ms | time / SaveAll | spread | held peak MiB | allocator peak MiB | allocator peak / SaveAll | replays | predicted held MiB | predicted held + grads MiB | allocator peak / predicted held + grads | predicted replays | predicted time / SaveAll | planned time / SaveAll | replays measured / SaveAll | chain optimum / SaveAll | optimum / SaveAll | no schedule below | planning ms |"
         );
         let _ = writeln!(
             s,
