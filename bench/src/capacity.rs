@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alloc;
 use crate::models::{self, Config, Hook, Spec};
+use crate::report::median;
 
 /// How a trial trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,16 +145,6 @@ impl Outcome {
             .copied()
             .max()
             .unwrap_or(0)
-    }
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 

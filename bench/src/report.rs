@@ -640,7 +640,8 @@ fn find<'a>(run: &'a ModelRun, engine: &str, policy: &str) -> Option<&'a EngineR
         .find(|e| e.engine == engine && e.policy == policy)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median (`NaN` of nothing).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     match n {
