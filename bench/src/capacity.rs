@@ -865,6 +865,12 @@ fn markdown(results: &CapacityResults) -> String {
         );
         let _ = writeln!(
             s,
+            "Samples/s: that one trial's (one process, the median of its steady steps), so \
+             its time ratios carry one process's noise; the profile below has the spread of \
+             three.\n"
+        );
+        let _ = writeln!(
+            s,
             "| way | largest batch | samples/s there | its heap peak MiB | batch / Burn's | \
              time per sample / Burn's | first batch that failed | why |"
         );
@@ -954,7 +960,7 @@ fn markdown(results: &CapacityResults) -> String {
             };
             let over = match (peak, saveall_peak) {
                 (Some((m, lo, hi)), Some(base)) if base > 0.0 => {
-                    format!("{:.2} [{:.2}, {:.2}]", m / base, lo / base, hi / base)
+                    format!("{:.3} [{:.3}, {:.3}]", m / base, lo / base, hi / base)
                 }
                 _ => "-".into(),
             };
