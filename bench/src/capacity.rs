@@ -510,6 +510,10 @@ pub struct CapacityModel {
     pub search_percent: u32,
     /// The search, per way.
     pub search: Vec<SearchRow>,
+    /// The commit this model ran on, where it differs from the results' (a model run again
+    /// alone and put into the recorded results).
+    #[serde(default)]
+    pub commit: Option<String>,
 }
 
 /// Everything `--capacity` measured.
@@ -738,6 +742,7 @@ fn run_model(opts: &CapacityOpts, config: &Config) -> Result<CapacityModel, Stri
         profile,
         search_percent: p,
         search,
+        commit: None,
     })
 }
 
@@ -848,6 +853,9 @@ fn markdown(results: &CapacityResults) -> String {
     for model in &results.models {
         let _ = writeln!(s, "## {}\n", model.config.kind.name());
         let _ = writeln!(s, "{}.\n", model.describe);
+        if let Some(commit) = &model.commit {
+            let _ = writeln!(s, "This model ran again alone, on commit `{commit}`.\n");
+        }
         let _ = writeln!(
             s,
             "SaveAll holds {} MiB for backward at batch {}; the smallest budget `tradeoff()` \
@@ -1054,7 +1062,11 @@ fn write(results: &CapacityResults, opts: &CapacityOpts) -> Result<(), String> {
         ));
         for m in &results.models {
             if let Some(h) = headline(m) {
-                section.push_str(&format!("- {h}\n"));
+                let commit = m
+                    .commit
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" (commit `{c}`)"));
+                section.push_str(&format!("- {h}{commit}\n"));
             }
         }
         let updated = format!("{}{section}{}", &text[..a], &text[b..]);

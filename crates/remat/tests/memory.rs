@@ -217,6 +217,47 @@ fn backward_allocates_no_stand_in_for_shape_only_arguments() {
 
 type T = <A as burn_backend::BackendTypes>::FloatTensorPrimitive;
 
+/// NOTE [softmax-dot]: softmax's backward step makes `sum(g * y)` a slab at a time. Through
+/// backward of `sum(softmax(x) * c)` on 1 MiB, along the last dim (64) and along the first
+/// (4), the heap rises above its start by at most the incoming gradient (which becomes x's
+/// gradient in place), a slab's product (256 KiB) and the sums twice (the slabs' and their
+/// concatenation: 16 KiB along the last dim, 256 KiB along the first). Measured: 1.27 MiB
+/// and 1.50 MiB; with the whole product beside the gradient, 2.02 MiB along the last dim.
+/// The gradient is `y * (c - sum(c * y))` made whole on the inner backend, bit for bit.
+#[test]
+fn softmax_s_backward_makes_no_output_sized_product() {
+    use burn_backend::ops::ActivationOps;
+    let _m = measure();
+    warm_up();
+    let shape = [4, 16, 64, 64];
+    let tensor_bytes = 4 * 16 * 64 * 64 * 4;
+    for dim in [3, 0] {
+        let x = leaf4(shape, true);
+        let c = leaf4(shape, false);
+        let loss = A::float_sum(A::float_mul(A::softmax(x.clone(), dim), c.clone()));
+        let (grads, peak) = peak_above_start(|| A::backward(loss));
+        let got = A::grad(&x, &grads).expect("x's gradient");
+        drop(grads);
+        let sums = tensor_bytes / shape[dim];
+        let bound = tensor_bytes + 256 * 1024 + 2 * sums + 16 * 1024;
+        assert!(
+            peak <= bound as isize,
+            "dim {dim}: backward peaked {peak} bytes above its start, above {bound} (the \
+             gradient {tensor_bytes}, a slab's product, the sums {sums} twice)"
+        );
+        let (x, c) = (A::inner(x), A::inner(c));
+        let y = Flex::softmax(x, dim);
+        let dot = Flex::float_sum_dim(Flex::float_mul(c.clone(), y.clone()), dim);
+        let want = Flex::float_mul(y, Flex::float_sub(c, dot));
+        let bits = |t| {
+            let data = burn_backend::read_sync(Flex::float_into_data(t)).expect("data");
+            let values = data.try_to_vec::<f32>().expect("f32");
+            values.into_iter().map(f32::to_bits).collect::<Vec<_>>()
+        };
+        assert!(bits(got) == bits(want), "dim {dim}: the gradient differs");
+    }
+}
+
 fn bytes_of(tensor: &T) -> usize {
     use burn_backend::TensorMetadata;
     tensor.shape().num_elements() * tensor.dtype().size()

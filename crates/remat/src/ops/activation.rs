@@ -2,7 +2,7 @@
 //! kernels where Burn has them. All are [`Cost::Cheap`].
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, Scalar};
+use burn_backend::{Backend, Scalar, Slice, TensorMetadata};
 use smallvec::smallvec;
 
 use super::common::{bool_dtype, scalar};
@@ -117,7 +117,7 @@ impl<B: Backend> Rule<B> for Activation {
             // dx = y * (g - sum(g * y))
             Activation::Softmax(dim) => {
                 let y = cx.output();
-                let dot = B::float_sum_dim(B::float_mul(g.clone(), y.clone()), dim);
+                let dot = sum_of_product::<B>(&g, &y, dim);
                 B::float_mul(y, B::float_sub(g, dot))
             }
             // dx = g - exp(y) * sum(g)
@@ -129,4 +129,52 @@ impl<B: Backend> Rule<B> for Activation {
         };
         cx.set(0, grad);
     }
+}
+
+// NOTE [softmax-dot]: softmax's backward step needs `sum(g * y)` along its dim. Made whole,
+// the product is a temporary as large as the output, beside the incoming gradient and the
+// saved output: on attention scores (the largest tensors of a transformer; 16 MiB for batch
+// 8, 8 heads, 256 x 256, f32) it set the step's peak under a budget, 33 MiB above the
+// budget on the bench's transformer (bench/README.md, "Capacity"). The product is now made
+// a slab at a time along the outermost other dim (zero-copy slices), each slab at most
+// `SLAB_BYTES` where that dim allows, and only the slabs' sums are kept. Each element's
+// product and each row's sum are the same operations on the same values as before.
+
+/// The largest product [`sum_of_product`] makes at once, where the slab dim allows.
+const SLAB_BYTES: usize = 256 * 1024;
+
+/// `sum(a * b)` along `dim` (kept with size 1), for `a` and `b` of one shape, made a slab of
+/// the outermost other dim at a time (NOTE \[softmax-dot\]).
+fn sum_of_product<B: Backend>(
+    a: &FloatTensor<B>,
+    b: &FloatTensor<B>,
+    dim: usize,
+) -> FloatTensor<B> {
+    let whole = || B::float_sum_dim(B::float_mul(a.clone(), b.clone()), dim);
+    let shape = a.shape();
+    let bytes = shape.num_elements() * a.dtype().size();
+    let Some(along) = (0..shape.num_dims()).find(|&d| d != dim && shape[d] > 1) else {
+        return whole();
+    };
+    let size = shape[along];
+    let slabs = bytes.div_ceil(SLAB_BYTES).min(size);
+    if slabs <= 1 {
+        return whole();
+    }
+    let step = size.div_ceil(slabs);
+    let mut slices: Vec<Slice> = (0..shape.num_dims())
+        .map(|d| Slice::new(0, Some(shape[d] as isize), 1))
+        .collect();
+    let sums = (0..size)
+        .step_by(step)
+        .map(|start| {
+            slices[along] = Slice::new(start as isize, Some((start + step).min(size) as isize), 1);
+            let product = B::float_mul(
+                B::float_slice(a.clone(), &slices),
+                B::float_slice(b.clone(), &slices),
+            );
+            B::float_sum_dim(product, dim)
+        })
+        .collect();
+    B::float_cat(sums, along)
 }
