@@ -104,6 +104,10 @@ pub struct Outcome {
     pub step_ns: Vec<u64>,
     /// Each step's heap peak above the level before it.
     pub step_peaks: Vec<u64>,
+    /// The same peak over the forward pass and the loss alone (the step's is the larger of
+    /// it and backward's with the update).
+    #[serde(default)]
+    pub forward_peaks: Vec<u64>,
     /// The process's heap peak over the whole trial (what the cap bounds).
     pub process_peak: u64,
     /// remat's held-bytes peak of each step (`stats().peak_bytes`; remat ways).
@@ -141,6 +145,15 @@ impl Outcome {
     /// The largest steady-state step peak.
     pub fn step_peak(&self) -> u64 {
         Self::steady(&self.step_peaks)
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The largest steady-state forward peak.
+    pub fn forward_peak(&self) -> u64 {
+        Self::steady(&self.forward_peaks)
             .iter()
             .copied()
             .max()
@@ -268,10 +281,12 @@ fn train<B: AutodiffBackend>(trial: &Trial, policy: Option<Policy>) -> Outcome {
         alloc::reset_peak();
         let start = Instant::now();
         adam.t += 1;
+        let forward_peak = std::cell::Cell::new(0);
         let step = |weights: Vec<FloatTensor<B>>, adam: Adam<B::InnerBackend>| {
             let hook = Hook::new(false, start, base);
             let out = models::forward::<B>(&config, &weights, input.clone(), &hook);
             let loss = B::float_mean(B::float_mul(out.clone(), out));
+            forward_peak.set(alloc::peak().saturating_sub(base));
             if trial.way.in_backward() {
                 step_in_backward::<B>(loss, weights, adam)
             } else {
@@ -285,6 +300,7 @@ fn train<B: AutodiffBackend>(trial: &Trial, policy: Option<Policy>) -> Outcome {
         (weights, adam) = (next, next_adam);
         outcome.step_ns.push(start.elapsed().as_nanos() as u64);
         outcome.step_peaks.push(alloc::peak().saturating_sub(base));
+        outcome.forward_peaks.push(forward_peak.get());
         if trial.way.is_remat() {
             let stats = remat::stats();
             outcome.held_peaks.push(stats.peak_bytes);
@@ -936,10 +952,10 @@ fn markdown(results: &CapacityResults) -> String {
         );
         let _ = writeln!(
             s,
-            "| way | budget MiB | processes | step peak MiB | over SaveAll | step ms | time over \
-             the separate step | held peak MiB | replays |"
+            "| way | budget MiB | processes | step peak MiB | over SaveAll | of it, forward's \
+             peak MiB | step ms | time over the separate step | held peak MiB | replays |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
         let saveall_peak = model
             .profile
             .iter()
@@ -990,12 +1006,18 @@ fn markdown(results: &CapacityResults) -> String {
                 row.spread(|o| Outcome::steady(&o.replays).last().copied().unwrap_or(0) as f64);
             let _ = writeln!(
                 s,
-                "| {} | {} | {} of {} | {} | {over} | {} | {rel_time} | {} | {} |",
+                "| {} | {} | {} of {} | {} | {over} | {} | {} | {rel_time} | {} | {} |",
                 row.label,
                 budget_cell(model, row.percent, row.budget_bytes),
                 ok.len(),
                 row.runs.len(),
                 fmt3(peak, &|v| mib(v)),
+                // Older results have no forward peaks.
+                if ok.iter().all(|o| !o.forward_peaks.is_empty()) {
+                    fmt3(row.spread(|o| o.forward_peak() as f64), &|v| mib(v))
+                } else {
+                    "-".into()
+                },
                 fmt3(time, &|v| format!("{v:.0}")),
                 if row.way.is_remat() {
                     fmt3(held, &|v| mib(v))
