@@ -1885,3 +1885,112 @@ pub fn budget_svg(results: &Results, path: &Path) -> Result<(), String> {
     }
     root.present().map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{Config, Kind};
+
+    fn engine(label: &str, engine: &str, policy: &str, times_ms: &[f64]) -> EngineRun {
+        EngineRun {
+            label: label.into(),
+            engine: engine.into(),
+            policy: policy.into(),
+            times_ms: times_ms.to_vec(),
+            forward_ms: times_ms.iter().map(|t| t / 2.0).collect(),
+            median_ms: median(times_ms.to_vec()),
+            min_ms: times_ms.iter().copied().fold(f64::INFINITY, f64::min),
+            max_ms: times_ms.iter().copied().fold(0.0, f64::max),
+            peak_bytes: 100,
+            kept_bytes: 50,
+            remat_kept_bytes: None,
+            remat_peak_bytes: None,
+            budget_bytes: None,
+            replays: None,
+            replay_ms: None,
+            faults: None,
+            fingerprint: Fingerprint::default(),
+            deterministic: true,
+            trace: None,
+            process_rounds: Vec::new(),
+        }
+    }
+
+    fn results(burn_ms: &[f64], ours_ms: &[f64], peak: u64) -> Results {
+        let mut ours = engine("remat/SaveAll", "remat", "SaveAll", ours_ms);
+        ours.peak_bytes = peak;
+        Results {
+            meta: Meta::collect(ours_ms.len(), 0, 0),
+            runs: vec![ModelRun {
+                model: "mlp".into(),
+                backend: "flex".into(),
+                description: String::new(),
+                config: Config::default_for(Kind::Mlp),
+                weights_and_input_bytes: 0,
+                engines: vec![
+                    engine("burn/NoCheckpointing", "burn", "NoCheckpointing", burn_ms),
+                    ours,
+                ],
+                budget: None,
+                agree: true,
+                remat_bit_identical: true,
+                problems: Vec::new(),
+            }],
+            micro: Vec::new(),
+            ratios: Vec::new(),
+        }
+    }
+
+    /// Joined processes: each engine's rounds side by side, a time ratio the median of the
+    /// processes' medians with their lowest and highest, peaks the largest.
+    #[test]
+    fn merged_processes_give_the_median_of_their_ratios_and_its_spread() {
+        let merged = merge(vec![
+            results(&[10.0, 10.0, 10.0], &[9.0, 9.0, 30.0], 100),
+            results(&[10.0, 10.0, 10.0], &[11.0, 11.0, 11.0], 120),
+            results(&[10.0, 10.0, 10.0], &[12.0, 12.0, 12.0], 110),
+        ])
+        .expect("the same engines");
+        assert_eq!(merged.meta.processes, 3);
+        let run = &merged.runs[0];
+        let (burn, ours) = (&run.engines[0], &run.engines[1]);
+        assert_eq!(ours.process_rounds, vec![3, 3, 3]);
+        assert_eq!(ours.times_ms.len(), 9);
+        assert_eq!(ours.median_ms, 11.0);
+        assert_eq!(ours.peak_bytes, 120);
+        let (value, spread) = time_ratio(ours, burn);
+        assert_eq!(value, 1.1);
+        assert_eq!(spread, Some((0.9, 1.2)));
+        // One process alone: the median of its rounds, with their quartiles.
+        let (value, _) = time_ratio(
+            &results(&[10.0; 3], &[9.0, 9.0, 30.0], 1).runs[0].engines[1],
+            burn,
+        );
+        assert_eq!(value, 0.9);
+        let other = results(&[10.0; 3], &[9.0; 3], 1);
+        let mut missing = other.clone();
+        missing.runs[0].engines.pop();
+        assert!(merge(vec![other, missing]).is_err());
+    }
+
+    /// A ratio is below its floor only where its whole spread is.
+    #[test]
+    fn below_the_floor_only_where_the_whole_spread_is() {
+        let ratio = |value, spread| Ratio {
+            what: "step time".into(),
+            model: "mlp".into(),
+            backend: "flex".into(),
+            value,
+            spread: Some(spread),
+            target: Some(1.05),
+            infeasible: false,
+            floor: Some(1.2),
+        };
+        assert!(!ratio(1.1, (1.0, 1.3)).verdict().contains("below its floor"));
+        assert!(
+            ratio(1.1, (1.0, 1.15))
+                .verdict()
+                .contains("below its floor")
+        );
+    }
+}
