@@ -14,7 +14,8 @@
 #      (debug_assert!s and debug-only checks off, as users ship it) with the optional
 #      `tracing` and `export_tests` features on;
 #   6. the benchmark workspace (bench/, Burn's own autodiff next to remat) builds, every target,
-#      and its capacity trials run (bench/tests/capacity.rs: child processes under a heap cap);
+#      and its tests run (report merging and verdicts; bench/tests/capacity.rs: child
+#      processes under a heap cap);
 #   7. the drop-in as a new user sets it up (scripts/fresh-projects.sh): two generated Burn
 #      projects, the newest Burn 0.22.x and one pinned to 0.22.0 with an old lock, must
 #      resolve burn-autodiff to this repository and train on remat;
@@ -86,15 +87,16 @@ cargo test --release -p remat --features tracing,export_tests \
 elapsed "$start"
 
 start=$SECONDS
-step "bench workspace builds (bench/, every target); its capacity tests"
+step "bench workspace builds (bench/, every target); its tests"
 # Into this script's CARGO_TARGET_DIR (it overrides bench/.cargo/config.toml's target-dir).
 # Without debug info: the check is that it compiles and links; with it, the bench binary
 # alone is ~490 MB and the build ~2 GB of CI's disk.
 CARGO_PROFILE_DEV_DEBUG=false cargo build --manifest-path bench/Cargo.toml --all-targets \
     || fail "the bench build (cargo build --manifest-path bench/Cargo.toml --all-targets)"
-# The capacity trials as the bench runs them (child processes under a heap cap; seconds).
-CARGO_PROFILE_DEV_DEBUG=false cargo test --manifest-path bench/Cargo.toml --test capacity \
-    || fail "the bench's capacity tests (cargo test --manifest-path bench/Cargo.toml --test capacity)"
+# Its tests: the reports' joins and verdicts, and the capacity trials as the bench runs them
+# (child processes under a heap cap); seconds.
+CARGO_PROFILE_DEV_DEBUG=false cargo test --manifest-path bench/Cargo.toml \
+    || fail "the bench's tests (cargo test --manifest-path bench/Cargo.toml)"
 elapsed "$start"
 
 start=$SECONDS
