@@ -35,6 +35,7 @@ use remat::Policy;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc;
+use crate::engine::{FNV_START, fnv1a};
 use crate::models::{self, Config, Hook, Spec};
 use crate::report::median;
 
@@ -363,19 +364,17 @@ fn step_in_backward<B: AutodiffBackend>(
     let on_leaf = move || {
         let mut state = state.borrow_mut();
         let state = &mut *state;
-        let found = state.pending.iter().rposition(|&k| {
+        // The parameter whose gradient is pending; none for a leaf of no parameter.
+        let found = state.pending.iter().enumerate().rev().find_map(|(at, &k)| {
             let w = state.weights[k].as_ref().expect("a pending parameter");
-            B::grad_remove(w, &mut state.holder)
-                .map(|g| (k, g))
-                .is_some_and(|(k, g)| {
-                    let w = state.weights[k].take().expect("a pending parameter");
-                    state.weights[k] = Some(leaf::<B>(state.adam.update(k, B::inner(w), g)));
-                    true
-                })
+            B::grad_remove(w, &mut state.holder).map(|g| (at, g))
         });
-        if let Some(at) = found {
-            state.pending.remove(at);
-        }
+        let Some((at, g)) = found else {
+            return;
+        };
+        let k = state.pending.remove(at);
+        let w = state.weights[k].take().expect("a pending parameter");
+        state.weights[k] = Some(leaf::<B>(state.adam.update(k, B::inner(w), g)));
     };
     let rest = remat::with_complete_leaves(on_leaf, || B::backward(loss));
     drop(rest);
@@ -396,7 +395,7 @@ fn step_in_backward<B: AutodiffBackend>(
 }
 
 fn weights_hash<B: AutodiffBackend>(weights: &[FloatTensor<B>]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = FNV_START;
     for w in weights {
         let data = burn_backend::read_sync(B::float_into_data(w.clone())).expect("weight data");
         for v in data
@@ -404,10 +403,7 @@ fn weights_hash<B: AutodiffBackend>(weights: &[FloatTensor<B>]) -> String {
             .try_to_vec::<f32>()
             .expect("f32 weights")
         {
-            for byte in v.to_bits().to_le_bytes() {
-                hash ^= byte as u64;
-                hash = hash.wrapping_mul(0x0100_0000_01b3);
-            }
+            fnv1a(&mut hash, v);
         }
     }
     format!("{hash:016x}")

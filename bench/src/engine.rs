@@ -364,7 +364,7 @@ fn fingerprint<B: AutodiffBackend>(
     grads: &B::Gradients,
 ) -> Fingerprint {
     let mut fp = Fingerprint::default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = FNV_START;
     for w in weights {
         let Some(grad) = B::grad(w, grads) else {
             fp.missing += 1;
@@ -381,14 +381,22 @@ fn fingerprint<B: AutodiffBackend>(
             fp.sum += v64;
             fp.sum_abs += v64.abs();
             fp.sum_sq += v64 * v64;
-            for byte in v.to_bits().to_le_bytes() {
-                hash ^= byte as u64;
-                hash = hash.wrapping_mul(0x0100_0000_01b3);
-            }
+            fnv1a(&mut hash, v);
         }
     }
     fp.hash = format!("{hash:016x}");
     fp
+}
+
+/// FNV-1a's offset basis: the hash of nothing.
+pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Adds `v`'s bits to an FNV-1a hash (bit-for-bit comparisons of gradients and weights).
+pub fn fnv1a(hash: &mut u64, v: f32) {
+    for byte in v.to_bits().to_le_bytes() {
+        *hash ^= byte as u64;
+        *hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
 }
 
 /// Per-op bookkeeping figures of one run.

@@ -196,17 +196,7 @@ fn parse_args() -> Result<Opts, String> {
             "--micro-ops" => opts.micro_ops = number(&arg, args.next())?.max(2),
             "--micro-reps" => opts.micro_reps = number(&arg, args.next())?.max(1),
             "--no-micro" => opts.micro = false,
-            "--budgets" => {
-                let list = args.next().ok_or("--budgets needs a value")?;
-                opts.budgets = Some(
-                    list.split(',')
-                        .map(|p| match p.trim_end_matches('%').parse::<u32>() {
-                            Ok(p) if (1..=100).contains(&p) => Ok(p),
-                            _ => Err(format!("--budgets: {p} is not a percentage in 1..=100")),
-                        })
-                        .collect::<Result<_, _>>()?,
-                );
-            }
+            "--budgets" => opts.budgets = Some(percents(&arg, args.next())?),
             "--no-budget" => opts.budget = false,
             "--only" => match args.next().as_deref() {
                 Some("budget") => {

@@ -398,10 +398,9 @@ impl Ratio {
         }
         // A measurement below its floor means the floor's model of the step is wrong there
         // (it is a bound on a model, not on time): never "no schedule can" then.
-        // Only where the whole spread lies below it: a median below a floor the spread reaches
-        // is noise.
-        let top = self.spread.map_or(self.value, |(_, hi)| hi.max(self.value));
-        let beaten = self.floor.filter(|&floor| top < floor);
+        let beaten = self
+            .floor
+            .filter(|&floor| wholly_below(self.value, self.spread, floor));
         match (self.target, self.floor) {
             (None, _) => "-".into(),
             (Some(t), _) if self.value <= t => match beaten {
@@ -609,9 +608,7 @@ fn floors_beaten(run: &ModelRun) -> Vec<String> {
             continue;
         }
         let (value, spread) = time_ratio(ours, all);
-        // Only where the whole spread lies below the floor (issue 36: identical work varies
-        // by about 12% on this machine).
-        if spread.map_or(value, |(_, hi)| hi) < floor {
+        if wholly_below(value, spread, floor) {
             // The floor prices a budgeted step as SaveAll's plus its replays; a step that
             // holds less may touch fewer fresh pages than SaveAll's (which the floor counts).
             let faults = match (ours.faults, all.faults) {
@@ -632,6 +629,12 @@ fn floors_beaten(run: &ModelRun) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether a measured ratio lies below `floor` with its whole spread: a median below a floor
+/// its spread reaches is noise (issue 36: identical work varies by about 12% on this machine).
+fn wholly_below(value: f64, spread: Option<(f64, f64)>, floor: f64) -> bool {
+    spread.map_or(value, |(_, hi)| hi.max(value)) < floor
 }
 
 fn find<'a>(run: &'a ModelRun, engine: &str, policy: &str) -> Option<&'a EngineRun> {
