@@ -95,6 +95,8 @@ struct Opts {
     out_given: bool,
     /// Processes whose runs are joined (`report::merge`).
     processes: usize,
+    /// Where the budget's planner takes op costs from (NOTE [bench-op-costs]).
+    op_costs: remat::OpCosts,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -125,6 +127,7 @@ fn parse_args() -> Result<Opts, String> {
         update_readme: false,
         out_given: false,
         processes: 3,
+        op_costs: remat::OpCosts::Measured,
     };
     let percents = |flag: &str, list: Option<String>| -> Result<Vec<u32>, String> {
         list.ok_or(format!("{flag} needs a value"))?
@@ -227,6 +230,17 @@ fn parse_args() -> Result<Opts, String> {
             "--profile-budgets" => opts.profile_percents = percents(&arg, args.next())?,
             "--update-readme" => opts.update_readme = true,
             "--processes" => opts.processes = number(&arg, args.next())?.max(1),
+            "--op-costs" => {
+                opts.op_costs = match args.next().as_deref() {
+                    Some("measured") => remat::OpCosts::Measured,
+                    Some("estimated") => remat::OpCosts::Estimated,
+                    other => {
+                        return Err(format!(
+                            "--op-costs: {other:?} (try `measured` or `estimated`)"
+                        ));
+                    }
+                }
+            }
             "-h" | "--help" => {
                 return Err("see the flags at the top of bench/src/main.rs".into());
             }
@@ -761,6 +775,14 @@ fn real_main() -> Result<(), String> {
     if opts.capacity {
         return run_capacity(&opts);
     }
+    // NOTE [bench-op-costs]: the step table's budget rows plan with the op costs asked for,
+    // measured by default, so that the planner's floors and predictions are in this
+    // machine's time and can be held against the measured steps. With remat's default
+    // (`OpCosts::Estimated`) every process plans the same schedule, but the estimates are a
+    // model of a different machine: on the 2026-12-06 run they added up to 2.2-4.9x the
+    // measured forward pass, and every floor was inflated as much. The capacity table
+    // (`--capacity`) keeps the default: it is what a user's program gets.
+    remat::set_op_costs(opts.op_costs);
     let json_path = opts.out.join("results.json");
     let mut results = if opts.report_only {
         let text = std::fs::read_to_string(&json_path)
@@ -796,7 +818,10 @@ fn real_main() -> Result<(), String> {
             }
         }
         Results {
-            meta: Meta::collect(opts.steps, opts.warmup, opts.micro_ops),
+            meta: Meta {
+                op_costs: op_costs_name(opts.op_costs).into(),
+                ..Meta::collect(opts.steps, opts.warmup, opts.micro_ops)
+            },
             runs,
             micro,
             ratios: Vec::new(),
@@ -824,6 +849,14 @@ fn real_main() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// How [`Meta::op_costs`] names remat's op-cost source.
+fn op_costs_name(costs: remat::OpCosts) -> &'static str {
+    match costs {
+        remat::OpCosts::Measured => "measured",
+        remat::OpCosts::Estimated => "estimated",
+    }
 }
 
 /// Runs this command in `--processes` child processes, one after the other, each with

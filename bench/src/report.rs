@@ -46,6 +46,11 @@ pub struct Meta {
     /// Processes whose runs the results join (`--processes`); 1 for older results.
     #[serde(default = "one")]
     pub processes: usize,
+    /// Where the budget rows' planner took op costs from: `measured` or `estimated`
+    /// (remat's `OpCosts`); empty in results recorded before the flag existed, which used
+    /// remat's default of their commit.
+    #[serde(default)]
+    pub op_costs: String,
 }
 
 fn one() -> usize {
@@ -93,6 +98,7 @@ impl Meta {
             .to_string(),
             steps,
             warmup,
+            op_costs: String::new(),
             micro_ops,
             processes: 1,
         }
@@ -1075,6 +1081,21 @@ pub fn write_markdown(results: &Results, ratios: &[Ratio], path: &Path) -> Resul
     );
     let _ = writeln!(s, "- Date: {}; commit `{}`", m.date, m.commit);
     let _ = writeln!(s, "- Command: `{}`", m.command);
+    match m.op_costs.as_str() {
+        "measured" => {
+            let _ = writeln!(
+                s,
+                "- Budget op costs: measured (`--op-costs measured`, remat's `OpCosts::Measured`): the budget rows plan with this machine's op and replay times, so the planner's predictions and floors are in this run's time. remat's default, `Estimated`, plans from shapes alone, the same schedule in every process."
+            );
+        }
+        "estimated" => {
+            let _ = writeln!(
+                s,
+                "- Budget op costs: estimated from shapes (`--op-costs estimated`, remat's default): every process plans the same schedule; the planner's predictions and floors are in the estimate's time, not this machine's."
+            );
+        }
+        _ => {}
+    }
     let _ = writeln!(
         s,
         "- {} timed steps per engine after {} warm-up step(s), run in rounds (every engine once per round, rotating order); times are forward + loss + backward.",
