@@ -18,14 +18,15 @@ static PROCESS_PEAK: AtomicU64 = AtomicU64::new(0);
 /// The most live bytes an allocation may bring the process to ([`set_cap`]).
 static CAP: AtomicU64 = AtomicU64::new(u64::MAX);
 
-fn grow(bytes: usize, new_allocation: bool) {
+/// Counts `bytes` more; returns the new peak if they set one.
+fn grow(bytes: usize, new_allocation: bool) -> Option<u64> {
     if new_allocation {
         ALLOCS.fetch_add(1, Relaxed);
     }
     ALLOCATED.fetch_add(bytes as u64, Relaxed);
     let live = LIVE.fetch_add(bytes as u64, Relaxed) + bytes as u64;
-    PEAK.fetch_max(live, Relaxed);
     PROCESS_PEAK.fetch_max(live, Relaxed);
+    (PEAK.fetch_max(live, Relaxed) < live).then_some(live)
 }
 
 /// Whether `bytes` more would take the live heap past the cap. Threads racing past the check
@@ -40,7 +41,8 @@ fn shrink(bytes: usize) {
 
 // SAFETY: every call forwards to `System` with the caller's arguments unchanged, or returns
 // null (an allocation failure, which the contract allows) past the cap; the counters are plain
-// atomics and never allocate.
+// atomics and never allocate. The peak tracer (off unless asked) allocates, and does not
+// recurse: it ignores allocations made while it runs on the same thread.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if over_cap(layout.size()) {
@@ -49,7 +51,8 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: same contract as ours.
         let ptr = unsafe { System.alloc(layout) };
         if !ptr.is_null() {
-            grow(layout.size(), true);
+            let peak = grow(layout.size(), true);
+            crate::peak_trace::allocated(ptr as usize, layout.size(), peak);
         }
         ptr
     }
@@ -61,7 +64,8 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: same contract as ours.
         let ptr = unsafe { System.alloc_zeroed(layout) };
         if !ptr.is_null() {
-            grow(layout.size(), true);
+            let peak = grow(layout.size(), true);
+            crate::peak_trace::allocated(ptr as usize, layout.size(), peak);
         }
         ptr
     }
@@ -70,6 +74,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: same contract as ours.
         unsafe { System.dealloc(ptr, layout) };
         shrink(layout.size());
+        crate::peak_trace::freed(ptr as usize, layout.size());
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -81,7 +86,7 @@ unsafe impl GlobalAlloc for Counting {
         if !new.is_null() {
             ALLOCS.fetch_add(1, Relaxed);
             if new_size >= layout.size() {
-                grow(new_size - layout.size(), false);
+                let _ = grow(new_size - layout.size(), false);
             } else {
                 shrink(layout.size() - new_size);
             }

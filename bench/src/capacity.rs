@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::alloc;
 use crate::engine::{FNV_START, fnv1a};
 use crate::models::{self, Config, Hook, Spec};
+use crate::peak_trace;
 use crate::report::median;
 
 /// How a trial trains.
@@ -276,8 +277,13 @@ fn train<B: AutodiffBackend>(trial: &Trial, policy: Option<Policy>) -> Outcome {
     };
     let mut adam = Adam::<B::InnerBackend>::new(weights.len());
     let mut outcome = Outcome::default();
-    for _ in 0..trial.steps {
+    for k in 0..trial.steps {
         remat::reset_stats();
+        // The last step's peak, traced if asked (`peak_trace`).
+        let traced = k + 1 == trial.steps && peak_trace::wanted();
+        if traced {
+            peak_trace::start();
+        }
         let base = alloc::live();
         alloc::reset_peak();
         let start = Instant::now();
@@ -300,6 +306,9 @@ fn train<B: AutodiffBackend>(trial: &Trial, policy: Option<Policy>) -> Outcome {
         };
         (weights, adam) = (next, next_adam);
         outcome.step_ns.push(start.elapsed().as_nanos() as u64);
+        if traced {
+            peak_trace::stop_and_print(base);
+        }
         outcome.step_peaks.push(alloc::peak().saturating_sub(base));
         outcome.forward_peaks.push(forward_peak.get());
         if trial.way.is_remat() {

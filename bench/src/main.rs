@@ -49,6 +49,7 @@ mod alloc;
 mod capacity;
 mod engine;
 mod models;
+mod peak_trace;
 mod report;
 
 use std::path::PathBuf;

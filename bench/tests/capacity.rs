@@ -110,3 +110,57 @@ fn a_cap_stops_the_trial_that_needs_more() {
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(stderr.contains("memory allocation of"), "{stderr}");
 }
+
+/// `REMAT_BENCH_PEAK_TRACE=1` (`src/peak_trace.rs`): the trial prints the buffers of 512 KiB
+/// or more live at its last step's peak, each with the kernel and remat's frames that made
+/// it, and they add up to at most the step's peak. Here an MLP of 512 KiB activations under
+/// SaveAll; the peak of its first step is in Adam's update, where every buffer comes from a
+/// Burn kernel the bench's update called.
+#[test]
+fn the_peak_trace_names_the_buffers_live_at_the_peak() {
+    let config = json!({"kind": "mlp", "batch": 256, "layers": 2, "width": 512, "seq": 0, "heads": 0, "d_ff": 0});
+    let trial = json!({
+        "backend": "flex", "config": config, "way": "SaveAll", "budget_bytes": null,
+        "steps": 1, "cap_bytes": null, "find_smallest": false,
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--capacity-child", &trial.to_string()])
+        .env("REMAT_BENCH_PEAK_TRACE", "1")
+        .output()
+        .expect("the bench binary runs");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let outcome: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("CAPACITY "))
+        .map(|l| serde_json::from_str(l).expect("an outcome"))
+        .expect("the trial trained");
+    let peak = outcome["step_peaks"][0].as_u64().expect("a peak") as f64 / 1048576.0;
+    let header = stderr
+        .lines()
+        .find(|l| l.starts_with("peak trace: "))
+        .unwrap_or_else(|| panic!("no peak trace in {stderr}"));
+    let buffers: Vec<f64> = stderr
+        .lines()
+        .filter(|l| l.trim_start().contains(" MiB #"))
+        .map(|l| l.split_whitespace().next().unwrap().parse().expect("MiB"))
+        .collect();
+    assert!(!buffers.is_empty(), "{stderr}");
+    assert!(buffers.iter().all(|&b| b >= 0.5), "{stderr}");
+    let traced: f64 = buffers.iter().sum();
+    assert!(
+        traced <= peak + 0.01,
+        "{traced} MiB traced, a {peak} MiB peak: {header}"
+    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(" MiB #")).collect();
+    let named = lines
+        .iter()
+        .filter(|l| l.contains("burn") && (l.contains("remat") || l.contains("bench::")))
+        .count();
+    assert!(
+        named == lines.len() || named >= 4,
+        "the buffers name the kernel and the caller: {stderr}"
+    );
+    assert!(stderr.contains("Adam"), "the update's buffers: {stderr}");
+}

@@ -658,3 +658,42 @@ fn tradeoff_predicts_a_step_s_peak_with_its_gradients() {
     }
     assert!(report.to_string().contains("peak with grads"));
 }
+
+/// NOTE [flex-fresh-outputs]: a fact of the inner backend that the step-peak model leaves
+/// out, pinned so that a Flex release that changes it is noticed. Flex allocates a kernel's
+/// fresh output (`FlexTensor::empty`: matmul, convolutions) as a `Vec<u8>` and copies it into
+/// a 16-byte aligned buffer before it writes (cubecl's `Bytes::from_bytes_vec`), so for a
+/// moment the allocator sees the output twice. The first copy is zeroed memory from
+/// `calloc`, never written: large ones are pages the kernel maps on first touch, so the
+/// process's resident memory does not double, but a counting allocator (and an allocator
+/// cap) does. The benchmark's transformer peaks at such a moment (the attention
+/// probabilities' gradient, bench/README.md).
+#[test]
+fn flex_s_fresh_matmul_output_is_counted_twice_for_a_moment() {
+    use burn_backend::Backend;
+    type F = <Flex as burn_backend::BackendTypes>::FloatTensorPrimitive;
+    let _m = measure();
+    let device = Default::default();
+    let lhs: F = Flex::float_from_data(TensorData::new(vec![0.5f32; 256 * 64], [256, 64]), &device);
+    let rhs: F = Flex::float_from_data(TensorData::new(vec![0.25f32; 64 * 2048], [64, 2048]), &device);
+    let out_bytes = (256 * 2048 * 4) as isize;
+    let (out, peak) = peak_above_start(|| Flex::float_matmul(lhs.clone(), rhs.clone()));
+    Flex::sync(&device).unwrap();
+    assert_eq!(bytes_of_inner(&out), out_bytes as usize);
+    assert!(
+        peak >= 2 * out_bytes && peak < 2 * out_bytes + out_bytes / 8,
+        "a fresh {out_bytes}-byte matmul output peaked at {peak} bytes"
+    );
+    // An element-wise op writes a vector of its elements: no second copy.
+    let (sum, peak) = peak_above_start(|| Flex::float_add(out.clone(), out.clone()));
+    assert!(
+        peak < out_bytes + out_bytes / 8,
+        "an element-wise output of {out_bytes} bytes peaked at {peak} bytes"
+    );
+    drop((out, sum));
+}
+
+fn bytes_of_inner(t: &<Flex as burn_backend::BackendTypes>::FloatTensorPrimitive) -> usize {
+    use burn_backend::TensorMetadata;
+    t.shape().num_elements() * 4
+}
