@@ -675,7 +675,10 @@ fn flex_s_fresh_matmul_output_is_counted_twice_for_a_moment() {
     let _m = measure();
     let device = Default::default();
     let lhs: F = Flex::float_from_data(TensorData::new(vec![0.5f32; 256 * 64], [256, 64]), &device);
-    let rhs: F = Flex::float_from_data(TensorData::new(vec![0.25f32; 64 * 2048], [64, 2048]), &device);
+    let rhs: F = Flex::float_from_data(
+        TensorData::new(vec![0.25f32; 64 * 2048], [64, 2048]),
+        &device,
+    );
     let out_bytes = (256 * 2048 * 4) as isize;
     let (out, peak) = peak_above_start(|| Flex::float_matmul(lhs.clone(), rhs.clone()));
     Flex::sync(&device).unwrap();
