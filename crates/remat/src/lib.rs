@@ -48,11 +48,13 @@ macro_rules! delegate_to_inner {
 mod active;
 mod backend;
 pub mod checkpoint;
+mod counters;
 pub mod grads;
 pub(crate) mod graph;
 mod leaves;
 pub mod ops;
 pub mod planner;
+mod report_items;
 pub mod stats;
 mod tensor;
 

@@ -12,7 +12,7 @@
 //! a pass through [`PassHooks`].
 //!
 //! # Invariants
-//! - Names only itself and the bottom utilities (`stats::registry`, `active`) of the crate
+//! - Names only itself and the bottom utilities (`counters`, `active`) of the crate
 //!   (`tests/layers.rs`): no policy, no recording, no tensor wrapper, no planner.
 //! - Every algorithm here is iterative: traversal, backward and drop use explicit stacks, so
 //!   a 100k-node chain neither overflows the stack when it runs nor when it is dropped.

@@ -32,7 +32,7 @@ use super::NodeId;
 use super::grads::Gradients;
 use super::op::{Cost, OpInfo, Placement, Reads, Rule, Vjp};
 use super::retrieve;
-use crate::stats::registry::{self as stats, KeepReason};
+use crate::counters::{self, KeepReason};
 
 /// Whether a node is a leaf or the output of a recorded op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,7 +106,7 @@ pub(crate) struct Input<B: BackendTypes> {
 }
 
 /// Bytes of the constants (untracked inputs) held on `edges` that the budget's model charges
-/// to their op (NOTE [shared-constants] in `stats/registry.rs`).
+/// to their op (NOTE [shared-constants] in `counters.rs`).
 pub(crate) fn charged_constants<B: BackendTypes>(edges: &[Input<B>]) -> u64 {
     edges
         .iter()
@@ -164,12 +164,12 @@ struct KeptValue<B: BackendTypes> {
 }
 
 /// How a kept value is counted: on its own, or as one of the holders of a shared buffer
-/// (NOTE [shared-constants] in `stats/registry.rs`); or not at all, for a fill constant
+/// (NOTE [shared-constants] in `counters.rs`); or not at all, for a fill constant
 /// kept as its recipe (NOTE [fill-constants] in `tensor.rs`).
 enum Held<B: BackendTypes> {
-    Own(#[allow(dead_code)] stats::Ticket),
+    Own(#[allow(dead_code)] counters::Ticket),
     Shared {
-        _ticket: Arc<stats::Ticket>,
+        _ticket: Arc<counters::Ticket>,
         /// This holder carries the buffer's charge in the budget's model.
         owner: bool,
     },
@@ -189,7 +189,7 @@ impl<B: BackendTypes> Kept<B> {
     /// Keeps `value` for `reason`; `op` names the op it belongs to (its producer, or the
     /// consumer that holds it on an edge).
     pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
-        let ticket = stats::Ticket::keep::<B>(&value, reason, op);
+        let ticket = counters::Ticket::keep::<B>(&value, reason, op);
         Self(Box::new(KeptValue {
             value: Some(value),
             ticket: Held::Own(ticket),
@@ -204,7 +204,7 @@ impl<B: BackendTypes> Kept<B> {
         op: &'static str,
         key: u64,
     ) -> Self {
-        let (ticket, owner) = stats::Ticket::shared::<B>(&value, reason, op, key);
+        let (ticket, owner) = counters::Ticket::shared::<B>(&value, reason, op, key);
         Self(Box::new(KeptValue {
             value: Some(value),
             ticket: Held::Shared {

@@ -21,7 +21,7 @@ use burn_backend::{Backend, TensorMetadata, tensor::FloatTensor};
 
 use super::op::Values;
 use super::{IdBuildHasher, Input, Kept, Node, NodeId, Slot};
-use crate::stats::registry::{self as stats, KeepReason};
+use crate::counters::{self, KeepReason};
 
 /// Hands out the value of `node` for one planned read.
 ///
@@ -251,7 +251,7 @@ pub(crate) fn replay_then<B: Backend>(
     }
     let ns = start.elapsed().as_nanos() as f64;
     signature.check::<B>(&value, node.name);
-    stats::on_replay(node.name, ns as u64);
+    counters::on_replay(node.name, ns as u64);
     before_store();
     let mut state = node.lock();
     state.op = Some(op);

@@ -13,12 +13,12 @@ use smallvec::SmallVec;
 
 use crate::checkpoint::decide::{Decision, InputState, OpFacts, decide};
 use crate::checkpoint::{budget, cost};
+use crate::counters::KeepReason;
 use crate::graph::{
     Input, Kept, Node, NodeId, NodeKind, OpInfo, OpState, Placement, Reads, Rule, Signature, Slot,
     Tracked, Values, charged_constants,
 };
 use crate::planner::Forced;
-use crate::stats::KeepReason;
 use crate::tensor::AutodiffTensor;
 
 /// Records `rule` applied to `inputs` and returns its output.

@@ -39,7 +39,7 @@ pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -
              keeps what SaveAll keeps) and print remat::tradeoff(): its first row is the \
              smallest budget (`min_budget_bytes`), each row with its extra compute. The \
              least to try: remat::Policy::Budget({min}).",
-            crate::stats::report::format_bytes(min)
+            crate::report_items::format_bytes(min)
         )
     }
     panic!(
@@ -47,7 +47,7 @@ pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -
          (the smallest budget the planner guarantees) {min} bytes ({}). Set a larger budget, \
          e.g. remat::set_policy(remat::Policy::Budget({min})), or print remat::tradeoff() \
          after one step under a larger budget to choose one.",
-        crate::stats::report::format_bytes(min)
+        crate::report_items::format_bytes(min)
     )
 }
 
@@ -195,7 +195,7 @@ impl std::fmt::Display for BudgetError {
                 f,
                 "Policy::Budget({budget_bytes}) is too small for the last training step: the \
                  smallest budget it fits is {min_budget_bytes} bytes ({})",
-                crate::stats::report::format_bytes(*min_budget_bytes)
+                crate::report_items::format_bytes(*min_budget_bytes)
             ),
         }
     }

@@ -25,9 +25,9 @@ use smallvec::SmallVec;
 
 use super::entries::{Entries, position, view_node};
 use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
+use crate::counters::KeepReason;
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, recorded_as};
-use crate::stats::KeepReason;
 
 thread_local! {
     /// The thread's ops recorded under a budget.
@@ -805,7 +805,7 @@ fn check_forward(budget_id: u32) {
 
 /// The values this thread's budget dropped that a backward step (or a replay) will read:
 /// rebuilt when read.
-pub(crate) fn dropped() -> Vec<crate::stats::report::DroppedValue> {
+pub(crate) fn dropped() -> Vec<crate::report_items::DroppedValue> {
     SESSION.with(|cell| {
         let cell = cell.borrow();
         let Some(session) = cell.as_ref() else {
@@ -818,7 +818,7 @@ pub(crate) fn dropped() -> Vec<crate::stats::report::DroppedValue> {
             .filter(|n| !n.is_consumed())
             .filter_map(|n| {
                 n.evicted_bytes()
-                    .map(|bytes| crate::stats::report::DroppedValue {
+                    .map(|bytes| crate::report_items::DroppedValue {
                         op: n.name(),
                         bytes,
                     })

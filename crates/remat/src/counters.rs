@@ -3,7 +3,7 @@
 //!
 //! A bottom module: the graph counts through it (a [`Ticket`] per kept value,
 //! [`on_replay`] per replay) and it names nothing else of the crate. The reports
-//! (`stats()`, `saved_values()`, in the parent module) read it.
+//! (`stats()`, `saved_values()`, in `crate::stats`) read it.
 //!
 //! # Invariants
 //! - The live bytes by reason are the sums of the sizes of the values kept now.
@@ -31,27 +31,27 @@ pub enum KeepReason {
 }
 
 impl KeepReason {
-    pub(super) const ALL: [KeepReason; 4] = [
+    pub(crate) const ALL: [KeepReason; 4] = [
         KeepReason::Saved,
         KeepReason::Rebuilt,
         KeepReason::Constant,
         KeepReason::Leaf,
     ];
 
-    pub(super) fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
 
-pub(super) struct Counters {
-    pub(super) live: [AtomicU64; 4],
-    pub(super) count: [AtomicU64; 4],
-    pub(super) peak: AtomicU64,
-    pub(super) replays: AtomicU64,
-    pub(super) replay_ns: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) live: [AtomicU64; 4],
+    pub(crate) count: [AtomicU64; 4],
+    pub(crate) peak: AtomicU64,
+    pub(crate) replays: AtomicU64,
+    pub(crate) replay_ns: AtomicU64,
 }
 
-pub(super) static COUNTERS: Counters = Counters {
+pub(crate) static COUNTERS: Counters = Counters {
     live: [const { AtomicU64::new(0) }; 4],
     count: [const { AtomicU64::new(0) }; 4],
     peak: AtomicU64::new(0),
@@ -70,19 +70,19 @@ static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 // reports (`saved_values`, `stats`, `reset_stats`), which walk every shard.
 
 /// One kept value, as its shard lists it: 64 bytes (NOTE [registry-slab]).
-pub(super) struct Entry {
+pub(crate) struct Entry {
     /// The ticket's number: keep order, process-wide.
-    pub(super) id: u64,
-    pub(super) op: &'static str,
-    pub(super) dims: Dims,
+    pub(crate) id: u64,
+    pub(crate) op: &'static str,
+    pub(crate) dims: Dims,
     /// Index in the shard's table of element types.
     dtype: u16,
-    pub(super) bytes: u64,
-    pub(super) reason: KeepReason,
+    pub(crate) bytes: u64,
+    pub(crate) reason: KeepReason,
 }
 
 /// A shape, inline when it has at most four dimensions of at most `u32::MAX`.
-pub(super) enum Dims {
+pub(crate) enum Dims {
     Inline { dims: [u32; 4], rank: u8 },
     Heap(Box<[usize]>),
 }
@@ -105,7 +105,7 @@ impl Dims {
     }
 
     /// The dimensions.
-    pub(super) fn to_vec(&self) -> Vec<usize> {
+    pub(crate) fn to_vec(&self) -> Vec<usize> {
         match self {
             Dims::Inline { dims, rank } => {
                 dims[..*rank as usize].iter().map(|&d| d as usize).collect()
@@ -125,7 +125,7 @@ impl Dims {
 // memory back when it empties. `saved_values` sorts by ticket id (keep order).
 
 /// The kept values of one shard (NOTE [registry-slab]).
-pub(super) struct Slab {
+pub(crate) struct Slab {
     slots: Vec<Slot>,
     /// The first free slot (`u32::MAX`: none).
     free: u32,
@@ -212,12 +212,12 @@ impl Slab {
     }
 
     /// Whether no value is listed.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The listed values, in slot order, with their element types.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&Entry, DType)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Entry, DType)> + '_ {
         self.slots.iter().filter_map(|slot| match slot {
             Slot::Used(entry) => Some((entry, self.dtypes[entry.dtype as usize])),
             Slot::Free(_) => None,
@@ -226,7 +226,7 @@ impl Slab {
 }
 
 /// One thread's part of the registry.
-pub(super) struct Shard {
+pub(crate) struct Shard {
     /// Kept values (NOTE [registry-slab]).
     values: Mutex<Slab>,
     /// Replays counted on this thread since the last [`reset_stats`], by op name.
@@ -247,13 +247,13 @@ impl Shard {
         }
     }
 
-    pub(super) fn values(&self) -> MutexGuard<'_, Slab> {
+    pub(crate) fn values(&self) -> MutexGuard<'_, Slab> {
         self.values
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(super) fn replays(&self) -> MutexGuard<'_, BTreeMap<&'static str, u64>> {
+    pub(crate) fn replays(&self) -> MutexGuard<'_, BTreeMap<&'static str, u64>> {
         self.replays
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -261,10 +261,10 @@ impl Shard {
 }
 
 /// The list of shards (NOTE [registry-shards]).
-pub(super) struct Registry {
-    pub(super) shards: Vec<Arc<Shard>>,
+pub(crate) struct Registry {
+    pub(crate) shards: Vec<Arc<Shard>>,
     /// Replay counts of the shards of ended threads, merged when they were dropped.
-    pub(super) retired_replays: BTreeMap<&'static str, u64>,
+    pub(crate) retired_replays: BTreeMap<&'static str, u64>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
@@ -273,9 +273,9 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 });
 
 /// Takes the process-wide lock: never on the hot path (NOTE [registry-shards]).
-pub(super) fn registry() -> MutexGuard<'static, Registry> {
+pub(crate) fn registry() -> MutexGuard<'static, Registry> {
     #[cfg(test)]
-    super::tests::count_global_lock();
+    tests::count_global_lock();
     let mut registry = REGISTRY
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -445,12 +445,68 @@ pub(crate) fn on_replay(name: &'static str, ns: u64) {
     with_shard(|shard| *shard.replays().entry(name).or_insert(0) += 1);
 }
 
-pub(super) fn activation_bytes() -> u64 {
+pub(crate) fn activation_bytes() -> u64 {
     KeepReason::ALL
         .iter()
         .filter(|r| **r != KeepReason::Leaf)
         .map(|r| COUNTERS.live[r.index()].load(Ordering::Relaxed))
         .sum()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use burn_backend::tensor::FloatTensor;
+    use std::cell::Cell;
+
+    thread_local! {
+        static GLOBAL_LOCKS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Counts one acquisition of a process-wide lock by this thread.
+    pub(super) fn count_global_lock() {
+        GLOBAL_LOCKS.with(|c| c.set(c.get() + 1));
+    }
+
+    fn global_locks() -> u64 {
+        GLOBAL_LOCKS.with(Cell::get)
+    }
+
+    pub(crate) fn tensor(n: usize) -> FloatTensor<burn_flex::Flex> {
+        use burn_backend::{TensorData, ops::FloatTensorOps};
+        burn_flex::Flex::float_from_data(TensorData::new(vec![0.5f32; n], [n]), &Default::default())
+    }
+
+    /// The hot path (a value kept, a value released, a replay counted) takes no process-wide
+    /// lock: after a thread's first kept value, keeping and releasing 100 values and counting
+    /// 100 replays on it takes none.
+    #[test]
+    fn keeping_and_releasing_take_no_global_lock() {
+        std::thread::spawn(|| {
+            let value = tensor(4);
+            drop(Ticket::keep::<burn_flex::Flex>(
+                &value,
+                KeepReason::Saved,
+                "warm-up",
+            ));
+            on_replay("warm-up", 1);
+            let before = global_locks();
+            let tickets: Vec<Ticket> = (0..100)
+                .map(|_| Ticket::keep::<burn_flex::Flex>(&value, KeepReason::Saved, "hot"))
+                .collect();
+            for _ in 0..100 {
+                on_replay("hot", 1);
+            }
+            drop(tickets);
+            assert_eq!(
+                global_locks() - before,
+                0,
+                "process-wide locks taken on the hot path"
+            );
+        })
+        .join()
+        .expect("the hot-path thread panicked");
+    }
 }
 
 #[cfg(test)]

@@ -11,13 +11,11 @@
 //! - `live_bytes()` is the sum of the sizes of every value currently kept, by reason.
 //! - `peak_bytes` is the maximum of that sum since the last [`reset_stats`].
 //!
-//! The counting itself (tickets, counters, the sharded registry) is `registry`, a bottom
-//! module the graph uses; this module holds the reports, which also ask the budget
-//! (`checkpoint::budget`) what it dropped and which budget ran last. The items the budget
-//! fills in for them (`DroppedValue`, `format_bytes`) are `report`, a bottom module too.
-
-pub(crate) mod registry;
-pub(crate) mod report;
+//! This module only reports (the top of the engine's layers). The counting itself
+//! (tickets, counters, the sharded registry) is `crate::counters`, a bottom module the graph
+//! counts through; the items the budget fills in for the reports (`DroppedValue`,
+//! `format_bytes`) are `crate::report_items`, a bottom module too. The reports also ask the
+//! budget (`checkpoint::budget`) what it dropped and which budget ran last.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,9 +23,9 @@ use std::sync::atomic::Ordering;
 
 use burn_std::DType;
 
-pub use registry::KeepReason;
-use registry::{COUNTERS, activation_bytes, registry};
-pub use report::{DroppedValue, format_bytes};
+pub use crate::counters::KeepReason;
+use crate::counters::{COUNTERS, activation_bytes, registry};
+pub use crate::report_items::{DroppedValue, format_bytes};
 
 /// One value currently kept, as listed by [`saved_values`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -277,59 +275,9 @@ const INACTIVE: &str = "note: remat has tracked no tensor in this process. If Bu
 
 #[cfg(test)]
 mod tests {
-    use super::registry::{Ticket, on_replay};
     use super::*;
-    use burn_backend::tensor::FloatTensor;
-    use std::cell::Cell;
-
-    thread_local! {
-        static GLOBAL_LOCKS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    /// Counts one acquisition of a process-wide lock by this thread.
-    pub(super) fn count_global_lock() {
-        GLOBAL_LOCKS.with(|c| c.set(c.get() + 1));
-    }
-
-    fn global_locks() -> u64 {
-        GLOBAL_LOCKS.with(Cell::get)
-    }
-
-    fn tensor(n: usize) -> FloatTensor<burn_flex::Flex> {
-        use burn_backend::{TensorData, ops::FloatTensorOps};
-        burn_flex::Flex::float_from_data(TensorData::new(vec![0.5f32; n], [n]), &Default::default())
-    }
-
-    /// The hot path (a value kept, a value released, a replay counted) takes no process-wide
-    /// lock: after a thread's first kept value, keeping and releasing 100 values and counting
-    /// 100 replays on it takes none.
-    #[test]
-    fn keeping_and_releasing_take_no_global_lock() {
-        std::thread::spawn(|| {
-            let value = tensor(4);
-            drop(Ticket::keep::<burn_flex::Flex>(
-                &value,
-                KeepReason::Saved,
-                "warm-up",
-            ));
-            on_replay("warm-up", 1);
-            let before = global_locks();
-            let tickets: Vec<Ticket> = (0..100)
-                .map(|_| Ticket::keep::<burn_flex::Flex>(&value, KeepReason::Saved, "hot"))
-                .collect();
-            for _ in 0..100 {
-                on_replay("hot", 1);
-            }
-            drop(tickets);
-            assert_eq!(
-                global_locks() - before,
-                0,
-                "process-wide locks taken on the hot path"
-            );
-        })
-        .join()
-        .expect("the hot-path thread panicked");
-    }
+    use crate::counters::Ticket;
+    use crate::counters::tests::tensor;
 
     /// `saved_values()` lists the values kept on every thread, live or finished, in the order
     /// they were kept, and forgets each one when it is released (on any thread).
