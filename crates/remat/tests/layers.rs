@@ -626,15 +626,6 @@ fn crate_edges() -> Vec<Edge> {
 /// other, and `the_known_cycles_are_still_there` when one of these goes (remove it here).
 const KNOWN_CYCLES: &[&[&str]] = &[
     &[
-        "checkpoint/budget/carry.rs",
-        "checkpoint/budget/entries.rs",
-        "checkpoint/budget/mod.rs",
-        "checkpoint/budget/pass.rs",
-        "checkpoint/budget/report.rs",
-        "checkpoint/budget/session.rs",
-        "checkpoint/policy.rs",
-    ],
-    &[
         "graph/backward.rs",
         "graph/grads.rs",
         "graph/mod.rs",

@@ -296,7 +296,7 @@ fn decide_and_reserve<B: Backend, R: Rule<B>>(
         budget::Upcoming::default()
     };
     if upcoming.free_side && *reads == Reads::NOTHING {
-        // NOTE [side-ops] in `checkpoint/budget/mod.rs`: no backward step reaches this op
+        // NOTE [side-ops] in `checkpoint/budget/state.rs`: no backward step reaches this op
         // and its own reads nothing: nothing is retained for it, as under SaveAll, and no
         // plan keeps its value (an op that reads it after all keeps it).
         decision.placement.recompute = false;

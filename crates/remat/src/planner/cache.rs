@@ -203,7 +203,7 @@ impl PlanCache {
 
     /// The view of the most recently used plan, under any budget, whose view starts with an
     /// op like `first`: a graph run before, to plan for another budget before its step starts
-    /// (NOTE \[plan-ahead\] in `checkpoint/budget/mod.rs`).
+    /// (NOTE \[plan-ahead\] in `checkpoint/budget/state.rs`).
     pub fn most_recent_view_starting_with(&self, first: &super::Node) -> Option<Arc<GraphView>> {
         self.entries
             .iter()

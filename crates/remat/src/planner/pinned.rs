@@ -308,7 +308,7 @@ impl Pinned {
     /// from the lean state replays the whole forward pass, so that held all of it at once:
     /// a step of Burn's `Gru` with the loss on every output, run after the thread had run
     /// the `Gru` with the loss on its last output (its forward pass followed that graph's
-    /// plan, NOTE \[plan-ahead\] in `checkpoint/budget/mod.rs`, departed from it at the
+    /// plan, NOTE \[plan-ahead\] in `checkpoint/budget/state.rs`, departed from it at the
     /// loss, and backward started from the lean state), stopped at half of SaveAll's bytes
     /// with the smallest budget it named, every step after it too.
     fn rebuild(

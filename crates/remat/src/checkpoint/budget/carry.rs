@@ -13,9 +13,7 @@ use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
 use super::session::compact_thread_session;
-use super::{
-    FAILED_NEED, LAST_GRADS, LAST_VIEW, PLANS, Side, THREAD_GRADS, THREAD_VIEW, set_next, set_sides,
-};
+use super::state::{FAILED_NEED, PLANS, ran_last};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
 use crate::planner::{self, Action, GradProfile, GraphView};
@@ -152,42 +150,6 @@ fn hand_over<'n>(
             (u, reads) => u.scheduled_hand_over(reads),
         })
         .collect()
-}
-
-/// Makes `view` (with its side ops) the graph this thread ran last, which the next step
-/// starting like it plans ahead from (NOTE \[plan-ahead\] in `mod.rs`), and the one
-/// [`tradeoff`](super::tradeoff) reads.
-/// `side_read`: an op of the step read a free side op (NOTE \[side-view\] in `mod.rs`);
-/// `stopped`: the step stopped as too small (NOTE \[stopped-view\]); `grads`: the
-/// gradients of a pass that completed (NOTE \[grads-in-flight\] in `planner/grads.rs`),
-/// kept for `tradeoff` with the view (those of an earlier pass of the same graph stay).
-pub(super) fn ran_last(
-    view: Arc<GraphView>,
-    sides: Arc<[Side]>,
-    side_read: bool,
-    stopped: bool,
-    grads: Option<GradProfile>,
-) {
-    let signature = planner::signature(&view);
-    let grads = grads.map(|grads| (signature, Arc::new(grads)));
-    let keep = |slot: &mut Option<(u64, Arc<GradProfile>)>| match &grads {
-        Some(_) => slot.clone_from(&grads),
-        None if slot.as_ref().is_some_and(|(s, _)| *s != signature) => *slot = None,
-        None => {}
-    };
-    THREAD_GRADS.with(|slot| keep(&mut slot.borrow_mut()));
-    keep(&mut LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner()));
-    set_sides(signature, sides);
-    if let Some(before) = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(_, s, _)| *s)) {
-        // NOTE [next-graph].
-        set_next(before, signature);
-    }
-    if stopped {
-        // A step that stopped is retried (NOTE [next-graph]).
-        set_next(signature, signature);
-    }
-    THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature, side_read)));
-    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
 }
 
 /// After a backward pass: its graph is planned for the next steps and its view kept for

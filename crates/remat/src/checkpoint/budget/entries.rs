@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::Side;
+use super::state::Side;
 use crate::planner::{self, GraphView};
 
 // NOTE [followed-entries]: the session listed the planner's node of every op it recorded

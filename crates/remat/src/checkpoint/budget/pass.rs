@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use super::entries::Entries;
 use super::report::too_small;
 use super::session::{SESSION, compact_thread_session};
-use super::{LAST_BUDGET, PLANS, Side, bytes_of, estimate};
+use super::state::{LAST_BUDGET, PLANS, Side, bytes_of, estimate, ran_last};
 use crate::checkpoint::cost;
 use crate::graph::{GraphNode, IdBuildHasher, NodeId, ScheduleEntry};
 use crate::planner::{self, Action, Dtr, GraphView, ScheduleIndex};
@@ -63,7 +63,7 @@ pub(super) fn smooth_costs(nodes: &mut [planner::Node], backend: Option<TypeId>)
     }
 }
 
-/// The side ops (`side`) of a session's `nodes` (NOTE \[side-ops\] in `mod.rs`); `quiet`:
+/// The side ops (`side`) of a session's `nodes` (NOTE \[side-ops\] in `state.rs`); `quiet`:
 /// which ops' steps read no value; `read_outside`: ops whose value an op outside the session
 /// reads. A side op is free when its step reads no value and only free side ops read its
 /// value (the last op first: readers come after what they read).
@@ -151,7 +151,7 @@ fn charge_last_holders(nodes: &mut [planner::Node], described: &[ScheduleEntry],
     }
 }
 
-/// The session's `nodes` without its side ops (NOTE \[side-ops\] in `mod.rs`), renumbered;
+/// The session's `nodes` without its side ops (NOTE \[side-ops\] in `state.rs`), renumbered;
 /// `None` when a node reads a side op.
 fn without_sides(nodes: &[planner::Node], sides: &[Side]) -> Option<Vec<planner::Node>> {
     let mut number = vec![u32::MAX; nodes.len()];
@@ -290,7 +290,7 @@ pub(crate) fn plan_pass(
     // the step followed still applies: its view was this pass's, and the signature and the
     // held values are checked below.
     // The session's ops the pass did not claim are the step's side ops (NOTE [side-ops] in
-    // `mod.rs`), listed when the session starts with the pass's first op.
+    // `state.rs`), listed when the session starts with the pass's first op.
     let (session_view, follow, sides, side_read) = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
@@ -587,7 +587,7 @@ pub(crate) fn plan_pass(
                     }
                 }
                 // NOTE [stopped-view]: the next step plans ahead from this graph.
-                super::carry::ran_last(view.clone(), sides.clone(), side_read, true, None);
+                ran_last(view.clone(), sides.clone(), side_read, true, None);
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {
@@ -635,10 +635,10 @@ pub(crate) struct Pending {
     pub(super) budget: u64,
     pub(super) plan: bool,
     pub(super) samples: u64,
-    /// The step's ops the pass did not claim (NOTE \[side-ops\] in `mod.rs`).
+    /// The step's ops the pass did not claim (NOTE \[side-ops\] in `state.rs`).
     pub(super) sides: Arc<[Side]>,
     /// An op of the step read a free side op: the view is not the graph as recorded
-    /// online, so no plan is made of it (NOTE \[side-view\] in `mod.rs`).
+    /// online, so no plan is made of it (NOTE \[side-view\] in `state.rs`).
     pub(super) side_read: bool,
     /// The gradients the pass held, step by step, once it completed (NOTE
     /// \[grads-in-flight\] in `planner/grads.rs`).

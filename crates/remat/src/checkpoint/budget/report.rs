@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{FAILED_NEED, LAST_GRADS, LAST_VIEW, THREAD_GRADS, THREAD_VIEW};
+use super::state::{FAILED_NEED, LAST_GRADS, LAST_VIEW, THREAD_GRADS, THREAD_VIEW};
 use crate::checkpoint::policy::{Policy, with_policy};
 use crate::planner::{self, GraphView, Tradeoff};
 

@@ -24,7 +24,7 @@ use super::report::too_small;
 use smallvec::SmallVec;
 
 use super::entries::{Entries, position, view_node};
-use super::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
+use super::state::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
 use crate::counters::KeepReason;
 use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, recorded_as};
@@ -35,7 +35,7 @@ thread_local! {
 }
 
 /// A cached plan the thread's current step follows while its ops match the plan's view and
-/// the view's side ops (NOTE \[side-ops\] in `mod.rs`).
+/// the view's side ops (NOTE \[side-ops\] in `state.rs`).
 pub(super) struct Follow {
     /// The plan, with its schedule's index.
     pub(super) plan: CachedPlan,
@@ -119,7 +119,7 @@ pub(super) struct Session {
     pub(super) nodes: Entries,
     pub(super) ids: Vec<NodeId>,
     pub(super) index: HashMap<NodeId, u32, IdBuildHasher>,
-    /// Whether each op's backward step reads no value (NOTE \[side-ops\] in `mod.rs`).
+    /// Whether each op's backward step reads no value (NOTE \[side-ops\] in `state.rs`).
     pub(super) quiet: Vec<bool>,
     /// The ops whose value an op recorded outside the session (under another policy) reads.
     pub(super) read_outside: Vec<u32>,
@@ -127,7 +127,7 @@ pub(super) struct Session {
     /// departs from the plan there.
     depart: bool,
     /// An op of this step read a value recorded as a free side op, retaining nothing (NOTE
-    /// \[side-view\] in `mod.rs`); taken by the step's backward pass.
+    /// \[side-view\] in `state.rs`); taken by the step's backward pass.
     pub(super) free_side_read: bool,
     /// Compact when this many nodes are listed.
     compact_at: usize,
@@ -432,7 +432,7 @@ pub(crate) struct Recorded<B: Backend> {
     pub(crate) step_reads: Vec<NodeId>,
     /// Producers whose value this op has in hand (they may be kept now).
     pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
-    /// Its backward step reads no value (NOTE \[side-ops\] in `mod.rs`).
+    /// Its backward step reads no value (NOTE \[side-ops\] in `state.rs`).
     pub(crate) quiet: bool,
 }
 
@@ -480,13 +480,13 @@ pub(crate) fn reserve(budget_id: u32, bytes: u64) {
 // recording may first compact the session or pick a plan, every needed input is held.
 
 /// What the plan this thread's step follows says of the op about to be recorded under a
-/// budget (NOTE \[in-place-forward\], \[side-ops\] in `mod.rs`).
+/// budget (NOTE \[in-place-forward\], \[side-ops\] in `state.rs`).
 #[derive(Default)]
 pub(crate) struct Upcoming {
     /// The producers among its inputs whose values the plan keeps at this op, or `None`
     /// when no plan is followed (then every needed input is held in hand).
     pub(crate) keeps: Option<SmallVec<[NodeId; 2]>>,
-    /// The op is a side op of the step that nothing reads (NOTE \[side-ops\] in `mod.rs`):
+    /// The op is a side op of the step that nothing reads (NOTE \[side-ops\] in `state.rs`):
     /// it is recorded retaining nothing when its own step reads nothing.
     pub(crate) free_side: bool,
 }
@@ -539,7 +539,7 @@ pub(crate) fn upcoming(budget_id: u32, name: &'static str, inputs: &[InputRead])
 }
 
 /// Notes that an op reads the value of node `id`, recorded under `budget_id`, where the
-/// session does not expect it (NOTE \[side-ops\] in `mod.rs`): an op recorded outside the
+/// session does not expect it (NOTE \[side-ops\] in `state.rs`): an op recorded outside the
 /// session (under another policy), whose reads the session does not see, so that value is
 /// never free; or, with `kept`, any op reading a free side op, which keeps its value: the
 /// followed plan does not count it, and the step departs from the plan at that op.

@@ -1,0 +1,304 @@
+//! The state the budget's files share: the interned budgets, the plans, views and side ops
+//! a thread keeps, the graph it ran last (NOTE \[plan-ahead\], \[next-graph\]), and the
+//! cost estimate of an op not measured yet. Names none of its sibling files.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::checkpoint::policy::Cost;
+use crate::planner::{self, GradProfile, GraphView, PlanCache};
+
+/// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
+static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// The budget of the step recorded last (for [`Stats`](crate::Stats)); 0 before any.
+pub(super) static LAST_BUDGET: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last budget interned on this thread, to skip the lock per recorded op.
+    static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
+    /// The view of the last pass under a budget run on this thread, its signature
+    /// ([`crate::planner::signature`]), and whether an op read a free side op (NOTE
+    /// \[side-view\]).
+    pub(super) static THREAD_VIEW: RefCell<Option<(Arc<GraphView>, u64, bool)>> = const { RefCell::new(None) };
+    /// The gradients of this thread's last completed pass under a budget, with its view's
+    /// signature (NOTE \[grads-in-flight\] in `planner/grads.rs`).
+    pub(super) static THREAD_GRADS: RefCell<Option<(u64, Arc<GradProfile>)>> = const { RefCell::new(None) };
+    /// What a step under a budget was found to need when it stopped as too small, in its
+    /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
+    /// completes.
+    pub(super) static FAILED_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// The side ops of recent views (NOTE \[side-ops\]), oldest first.
+    static SIDES: RefCell<Vec<(u64, Arc<[Side]>)>> = const { RefCell::new(Vec::new()) };
+    /// For graphs this thread ran under a budget, by signature: the graph that ran right
+    /// after it the last time (NOTE \[next-graph\]), at most [`PLANS_KEPT`].
+    static NEXT: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
+    /// Plans for the steps this thread ran under a budget, by graph signature.
+    pub(super) static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
+}
+
+// NOTE [plan-ahead]: the first step under a budget used to run its forward pass online
+// (DTR), even where the thread had run the same graph under another budget: online eviction
+// needs more than a plan does, so the smallest budget `tradeoff()` names after a step under
+// `Budget(u64::MAX)` stopped in the forward pass (Burn's `Lstm`, 128 steps: 560 KiB named,
+// the forward pass stopped under it). A step starts from the graph the thread ran last when
+// its first op matches (its plan under this budget, or else a plan made now from its view,
+// cached and followed), then from the most recent plan under this budget whose first op
+// matches, then from the most recent cached view whose first op matches (planned now). The
+// smallest budget `tradeoff()` names then runs (`tests/recurrent.rs`,
+// `the_smallest_budget_tradeoff_names_runs`), and the first step under a budget replays
+// what its plan predicts (`tests/chains.rs`). The graph that ran last comes first: a
+// 1,000-block chain run after a 100-block one under the same budget followed the short
+// chain's plan and departed from it at its 500th op. A step that departs from the view
+// continues online, as with any plan.
+//
+// NOTE [next-graph]: a loop that alternates graphs starting with the same op (a GAN's two
+// steps, two losses trained in turn, Burn's `Lstm` and `Gru` on one input) followed the
+// other graph's plan at every step, the graph that ran last coming first: each step
+// departed from it (Burn's `Gru` with the loss on every output, alternating with the one on
+// its last output: 8,082 replays a step where its own plan replays 1,763; the `Lstm` on
+// every output held 1.17x the budget at every step). The thread notes, for each graph, the
+// one that ran right after it the last time, and a step starts from that graph's plan when
+// its first op matches (planned under this budget if need be); from nothing (online) when
+// that graph has no cached plan (a view not planned, NOTE [side-view], or one the cache
+// dropped); else as above. A loop of one graph, and one that changes budget, have that
+// graph after itself, as before; a step that stopped as too small has itself after it (it
+// is retried).
+//
+// NOTE [stopped-view]: a step that stops at `backward()` as too small is the graph the
+// thread ran last all the same, so the step after it plans ahead from its own graph. It was
+// not: a thread that ran Burn's `Gru` with the loss on its last output and then the same
+// `Gru` with the loss on every output followed the first graph's plan at every step of the
+// second, departed at the loss and stopped each time.
+//
+// NOTE [departed-step]: what a departed step cannot do. Following another graph's plan, the
+// forward pass holds what that plan holds; from the departure on, online eviction may drop
+// a value the backward pass of this graph reads first (the `Gru`'s stacked output, which
+// the other graph's loss did not need kept), and rebuilding it from the lean state needs
+// more than this graph's own plan does (the output is rebuilt beside the zeros tensor it is
+// written into). Such a first step stops with `TooSmall` (the `Gru` at a quarter of K,
+// 128 steps), naming a budget it runs under; the next step under the same budget follows
+// this graph's plan (NOTE [stopped-view]) and runs
+// (`modules_on_every_output_after_their_last_output_run_from_their_first_steps`).
+
+// NOTE [side-ops]: a step may record ops under a budget that its backward pass never
+// reaches: Burn's `Lstm` writes each hidden state into a `[batch, seq, hidden]` output with
+// `reshape` and `slice_assign`, and a loss on the last hidden state never reads that
+// output. A pass's view holds only the ops the pass claimed, so the session's op `i` and the
+// view's node `i` parted at the first such op, and every later step departed from its plan
+// there (op 37 of the Lstm) and ran online. The ops of a step that its pass did not claim
+// are its side ops: the pass lists them ([`Side`], by position in the session) with its
+// view, and a step following that view's plan expects them at their positions: a side op
+// matches by name and size when it holds nothing the plan does not know of (no constants,
+// and no value that cannot be rebuilt unless nothing reads it), gets no actions, and the
+// view's nodes around it match as before, their inputs renumbered past the side ops; a
+// side op that holds something is a departure (online from there). A *free* side op (its
+// step reads no value, and only free side ops read its value) is recorded retaining
+// nothing, as under `SaveAll`: the first `slice_assign` then no longer holds the 512 KiB
+// zeros tensor it writes into (the Lstm's forward pass needed 517 KiB where its plan needs
+// 156), and Flex writes in place. Should it be read after all (a second loss on the
+// output, a changed program), it cannot be rebuilt, and what reads it keeps it, as for a
+// random op: exact gradients, more bytes.
+
+// NOTE [side-view]: a step that follows another graph's plan records that graph's free side
+// ops retaining nothing; when an op of its own reads one after all (Burn's `Lstm` with the
+// loss on every output, run after the `Lstm` with the loss on its last state: the loss reads
+// the stacked output), the step's view has those ops as values that cannot be rebuilt,
+// which is not how the graph records when it follows a plan of its own. The next step
+// followed a plan made of that view, and its ops held what the plan did not count: on 128
+// steps at half of K it held 3.82 MB against a budget of 3.06 MB. Such a view is the graph
+// the thread ran last (for `tradeoff()` and NOTE [stopped-view]), but no plan is made of it,
+// and a step starting like it runs online (its view then is the graph's own, planned for
+// the steps after it).
+
+/// An op of a step that the step's backward pass did not reach (NOTE \[side-ops\]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Side {
+    /// Its position in the step's session.
+    pub(super) at: u32,
+    /// The view's nodes recorded before it.
+    pub(super) before: u32,
+    pub(super) name: &'static str,
+    pub(super) bytes: u64,
+    /// Its step reads no value, and only free side ops read its value: it may be recorded
+    /// retaining nothing.
+    pub(super) free: bool,
+}
+
+/// The side ops of the views of the last passes on this thread, by view signature
+/// (NOTE \[side-ops\]); only views that had some, at most [`PLANS_KEPT`].
+pub(super) fn sides_of(signature: u64) -> Arc<[Side]> {
+    SIDES.with(|sides| {
+        sides
+            .borrow()
+            .iter()
+            .find(|(s, _)| *s == signature)
+            .map_or_else(|| Arc::from([]), |(_, list)| list.clone())
+    })
+}
+
+/// The graph that ran right after the graph with signature `after` the last time it ran on
+/// this thread (NOTE \[next-graph\]).
+pub(super) fn next_of(after: u64) -> Option<u64> {
+    NEXT.with(|next| {
+        next.borrow()
+            .iter()
+            .find(|(s, _)| *s == after)
+            .map(|&(_, next)| next)
+    })
+}
+
+/// Notes that the graph with signature `then` ran right after the one with `after`.
+fn set_next(after: u64, then: u64) {
+    NEXT.with(|next| {
+        let mut next = next.borrow_mut();
+        next.retain(|(s, _)| *s != after);
+        if next.len() == PLANS_KEPT {
+            next.remove(0);
+        }
+        next.push((after, then));
+    });
+}
+
+/// Notes the side ops of the view with `signature` (none: forgets any).
+fn set_sides(signature: u64, list: Arc<[Side]>) {
+    SIDES.with(|sides| {
+        let mut sides = sides.borrow_mut();
+        sides.retain(|(s, _)| *s != signature);
+        if !list.is_empty() {
+            if sides.len() == PLANS_KEPT {
+                sides.remove(0);
+            }
+            sides.push((signature, list));
+        }
+    });
+}
+
+/// Makes `view` (with its side ops) the graph this thread ran last, which the next step
+/// starting like it plans ahead from (NOTE \[plan-ahead\]), and the one
+/// [`tradeoff`](super::tradeoff) reads.
+/// `side_read`: an op of the step read a free side op (NOTE \[side-view\]);
+/// `stopped`: the step stopped as too small (NOTE \[stopped-view\]); `grads`: the
+/// gradients of a pass that completed (NOTE \[grads-in-flight\] in `planner/grads.rs`),
+/// kept for `tradeoff` with the view (those of an earlier pass of the same graph stay).
+pub(super) fn ran_last(
+    view: Arc<GraphView>,
+    sides: Arc<[Side]>,
+    side_read: bool,
+    stopped: bool,
+    grads: Option<GradProfile>,
+) {
+    let signature = planner::signature(&view);
+    let grads = grads.map(|grads| (signature, Arc::new(grads)));
+    let keep = |slot: &mut Option<(u64, Arc<GradProfile>)>| match &grads {
+        Some(_) => slot.clone_from(&grads),
+        None if slot.as_ref().is_some_and(|(s, _)| *s != signature) => *slot = None,
+        None => {}
+    };
+    THREAD_GRADS.with(|slot| keep(&mut slot.borrow_mut()));
+    keep(&mut LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner()));
+    set_sides(signature, sides);
+    if let Some(before) = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(_, s, _)| *s)) {
+        // NOTE [next-graph].
+        set_next(before, signature);
+    }
+    if stopped {
+        // A step that stopped is retried (NOTE [next-graph]).
+        set_next(signature, signature);
+    }
+    THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature, side_read)));
+    *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+}
+
+/// How many plans a thread keeps (a training loop has one graph per step; more cover
+/// evaluation graphs, several losses, and a loop that cycles through budgets: the bench's
+/// rounds run nine budget points of one model in turn, and with 8 plans kept every plan was
+/// evicted just before its next use, so those steps ran online; the MLP at 10% of its bytes
+/// measured 2.99x SaveAll's step where its plan makes 1.82x). A plan is its view and
+/// schedule; a cycle of graphs larger than this replans each step.
+const PLANS_KEPT: usize = 16;
+
+/// The last backward pass's view under a budget, for [`tradeoff`].
+pub(super) static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
+
+/// The gradients of the last completed pass under a budget on any thread, with its view's
+/// signature (NOTE \[grads-in-flight\] in `planner/grads.rs`).
+pub(super) static LAST_GRADS: Mutex<Option<(u64, Arc<GradProfile>)>> = Mutex::new(None);
+
+/// The id of budget `bytes` (never 0).
+pub(crate) fn intern(bytes: u64) -> u32 {
+    let (last, id) = LAST_INTERNED.with(|c| c.get());
+    if id != 0 && last == bytes {
+        return id;
+    }
+    let mut budgets = BUDGETS.lock().unwrap_or_else(|p| p.into_inner());
+    let id = match budgets.iter().position(|&b| b == bytes) {
+        Some(i) => i as u32 + 1,
+        None => {
+            budgets.push(bytes);
+            budgets.len() as u32
+        }
+    };
+    drop(budgets);
+    LAST_INTERNED.with(|c| c.set((bytes, id)));
+    id
+}
+
+/// The bytes of budget `id`.
+pub(super) fn bytes_of(id: u32) -> u64 {
+    BUDGETS.lock().unwrap_or_else(|p| p.into_inner())[id as usize - 1]
+}
+
+/// The budget of the step recorded last, if one was.
+pub(crate) fn last_budget() -> Option<u64> {
+    match LAST_BUDGET.load(Ordering::Relaxed) {
+        0 => None,
+        bytes => Some(bytes),
+    }
+}
+
+/// A forward-time estimate of an op's cost (ns) before it is measured: a fixed launch cost
+/// plus a rate per output byte by cost class.
+pub(crate) fn estimate(cost: Cost, bytes: u64) -> f64 {
+    let per_byte = match cost {
+        Cost::Alias => 0.0,
+        Cost::Cheap | Cost::Random => 0.25,
+        Cost::Compute => 2.0,
+    };
+    200.0 + per_byte * bytes as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_interns_to_one_id_that_gives_its_bytes_back() {
+        // Bytes no other test of the process uses: the table is process-wide.
+        let (a, b) = (0x5EED_0001_u64, 0x5EED_0002_u64);
+        let id_a = intern(a);
+        let id_b = intern(b);
+        assert_ne!(id_a, 0, "0 means no budget");
+        assert_ne!(id_a, id_b);
+        // Again after another budget (the thread's one-entry cache no longer holds `a`),
+        // and from another thread (no cache at all): the same id.
+        assert_eq!(intern(a), id_a);
+        assert_eq!(std::thread::spawn(move || intern(a)).join().unwrap(), id_a);
+        assert_eq!(intern(b), id_b);
+        assert_eq!(bytes_of(id_a), a);
+        assert_eq!(bytes_of(id_b), b);
+    }
+
+    #[test]
+    fn an_estimate_is_a_launch_cost_plus_a_rate_per_byte_by_cost_class() {
+        // A view costs nothing per byte; the launch cost is the floor of every class.
+        assert_eq!(estimate(Cost::Alias, 1 << 20), 200.0);
+        assert_eq!(estimate(Cost::Compute, 0), 200.0);
+        assert_eq!(estimate(Cost::Cheap, 1000), 450.0);
+        assert_eq!(estimate(Cost::Random, 1000), estimate(Cost::Cheap, 1000));
+        assert_eq!(estimate(Cost::Compute, 1000), 2200.0);
+        // Replaying compute is always weighed dearer than an element-wise op of that size.
+        assert!(estimate(Cost::Compute, 4096) > estimate(Cost::Cheap, 4096));
+    }
+}
