@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{Error, Forced, GraphView, Node, Schedule, ScheduleIndex, plan};
+use super::{Forced, GraphView, Node, Schedule, ScheduleIndex};
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -255,51 +255,6 @@ impl PlanCache {
         };
         self.entries.push_back(entry.clone());
         entry
-    }
-
-    /// The cached plan for `view` under `budget_bytes`, planning and caching it if needed.
-    ///
-    /// # Errors
-    /// As [`plan`].
-    pub fn get_or_plan(
-        &mut self,
-        view: &GraphView,
-        budget_bytes: u64,
-    ) -> Result<CachedPlan, Error> {
-        match self.get(signature(view), budget_bytes) {
-            Some(entry) => Ok(entry),
-            None => self.get_or_plan_shared(&Arc::new(view.clone()), budget_bytes),
-        }
-    }
-
-    /// [`get_or_plan`](Self::get_or_plan) for a view held elsewhere too (not copied).
-    ///
-    /// # Errors
-    /// As [`plan`].
-    pub fn get_or_plan_shared(
-        &mut self,
-        view: &Arc<GraphView>,
-        budget_bytes: u64,
-    ) -> Result<CachedPlan, Error> {
-        self.get_or_plan_signed(view, signature(view), budget_bytes)
-    }
-
-    /// [`get_or_plan_shared`](Self::get_or_plan_shared) for a view whose signature is
-    /// known (not hashed again).
-    ///
-    /// # Errors
-    /// As [`plan`].
-    pub fn get_or_plan_signed(
-        &mut self,
-        view: &Arc<GraphView>,
-        signature: u64,
-        budget_bytes: u64,
-    ) -> Result<CachedPlan, Error> {
-        if let Some(entry) = self.get(signature, budget_bytes) {
-            return Ok(entry);
-        }
-        let schedule = plan(view, budget_bytes)?;
-        Ok(self.insert_shared(view.clone(), budget_bytes, schedule))
     }
 
     /// The number of cached plans.

@@ -192,27 +192,3 @@ impl<'a> Bounds<'a> {
             .fold(self.forward_end, u64::max)
     }
 }
-
-/// The smallest budget the planner's own plans ([`plan`](super::plan)) run with: the lean
-/// schedule's ([`min_feasible_budget`]) or, on a view with chain structure (NOTE \[stages\]
-/// in `blocks.rs`), the lean chain schedule's, whichever is smaller. On a chain of blocks
-/// it does not grow with the chain's length: one boundary value and the largest block's own
-/// need, plus the constants.
-///
-/// A view whose chain's blocks also read a value computed before them (NOTE
-/// \[pinned-chain\] in `pinned.rs`) has the pinned bytes plus the reduced chain's smallest.
-pub fn smallest_budget(view: &GraphView) -> u64 {
-    let lean = min_feasible_budget(view);
-    if let Some(stages) = super::rotor::stages_of(view) {
-        return lean.min(super::rotor::min_budget(view, &stages));
-    }
-    // A reduced view cut by tuples only (NOTE [pinned-heads]) has no such guarantee.
-    match super::pinned::reduced(view)
-        .and_then(|pinned| Some((super::rotor::stages_of(&pinned.view)?, pinned)))
-    {
-        Some((stages, pinned)) => {
-            lean.min(pinned.bytes + super::rotor::min_budget(&pinned.view, &stages))
-        }
-        None => lean,
-    }
-}

@@ -108,9 +108,9 @@ pub use cache::{CachedPlan, PlanCache, SignatureHasher, recorded_as, same_struct
 pub use decisions::from_decisions;
 pub use dtr::Dtr;
 pub use error::Error;
-pub use feasible::{min_feasible_budget, smallest_budget};
+pub use feasible::min_feasible_budget;
 pub use grads::{GradProfile, step_peak};
-pub use plan::{chain_plan, plan};
+pub use plan::{chain_plan, plan, smallest_budget};
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use search::{Optimum, exact_optimum};
 pub use simulate::{HeldEvent, Outcome, simulate, simulate_traced};

@@ -22,13 +22,14 @@ use std::sync::Arc;
 
 use super::analysis::Analysis;
 use super::exact::MAX_NODES;
-use super::exec::{self, Hints, Run, Strategy, Work};
+use super::exec::runs::{self, Run};
+use super::exec::{self, Hints, Strategy, Work};
 use super::pinned::{self, Pinned};
 use super::search::{self, Optimum};
 use super::tuples::{self, Tupled};
 use super::{
-    Action, Error, GraphView, Schedule, bound, chain, exact, revolve, rotor, simulate,
-    smallest_budget,
+    Action, CachedPlan, Error, GraphView, PlanCache, Schedule, bound, chain, exact,
+    min_feasible_budget, revolve, rotor, signature, simulate,
 };
 
 /// Past this many ops, a view with stages plans its chain first (NOTE \[rotor\]): the
@@ -397,7 +398,7 @@ pub(crate) fn plan_with(
         }
         if best.cost().is_none() {
             best.work.runs += 1;
-            if let Ok((actions, _, _)) = exec::run(view, &analysis, Strategy::Lean, budget) {
+            if let Ok((actions, _, _)) = runs::run(view, &analysis, Strategy::Lean, budget) {
                 best.consider(Schedule::new(actions));
             }
         }
@@ -592,7 +593,7 @@ fn portfolio_run(
         SEARCH_MARGIN
     };
     let limit = best.cost().map_or(f64::INFINITY, |cost| cost * margin);
-    match exec::run_within(best.view, analysis, strategy, best.budget, hints, limit) {
+    match runs::run_within(best.view, analysis, strategy, best.budget, hints, limit) {
         Ok(Run::Done(actions, cost, Work { units, .. }, _)) => {
             best.work.units += units;
             best.consider(Schedule::new(actions));
@@ -695,7 +696,7 @@ fn search(
 ) -> u32 {
     let view = best.view;
     let Ok((_, mut cost, _, mut decisions)) =
-        exec::run_logged(view, analysis, strategy, best.budget, &hints)
+        runs::run_logged(view, analysis, strategy, best.budget, &hints)
     else {
         return runs;
     };
@@ -711,7 +712,7 @@ fn search(
             ..hints.clone()
         };
         let (actions, trial_cost, work, trial_decisions) =
-            exec::run_logged(view, analysis, strategy, best.budget, &trial).ok()?;
+            runs::run_logged(view, analysis, strategy, best.budget, &trial).ok()?;
         best.work.units += work.units;
         if found.as_ref().is_none_or(|f| trial_cost < f.1) {
             best.consider(Schedule::new(actions));
@@ -769,4 +770,76 @@ fn search(
         }
     }
     runs
+}
+/// The smallest budget the planner's own plans ([`plan`]) run with: the lean schedule's
+/// ([`min_feasible_budget`]) or, on a view with chain structure (NOTE \[stages\] in
+/// `blocks.rs`), the lean chain schedule's, whichever is smaller. On a chain of blocks
+/// it does not grow with the chain's length: one boundary value and the largest block's own
+/// need, plus the constants.
+///
+/// A view whose chain's blocks also read a value computed before them (NOTE
+/// \[pinned-chain\] in `pinned.rs`) has the pinned bytes plus the reduced chain's smallest.
+pub fn smallest_budget(view: &GraphView) -> u64 {
+    let lean = min_feasible_budget(view);
+    if let Some(stages) = super::rotor::stages_of(view) {
+        return lean.min(super::rotor::min_budget(view, &stages));
+    }
+    // A reduced view cut by tuples only (NOTE [pinned-heads]) has no such guarantee.
+    match super::pinned::reduced(view)
+        .and_then(|pinned| Some((super::rotor::stages_of(&pinned.view)?, pinned)))
+    {
+        Some((stages, pinned)) => {
+            lean.min(pinned.bytes + super::rotor::min_budget(&pinned.view, &stages))
+        }
+        None => lean,
+    }
+}
+
+/// Planning on a miss of the plan cache: here rather than in `cache.rs`, which the planners
+/// below this file name (for signatures) and so cannot name [`plan`] back.
+impl PlanCache {
+    /// The cached plan for `view` under `budget_bytes`, planning and caching it if needed.
+    ///
+    /// # Errors
+    /// As [`plan`].
+    pub fn get_or_plan(
+        &mut self,
+        view: &GraphView,
+        budget_bytes: u64,
+    ) -> Result<CachedPlan, Error> {
+        match self.get(signature(view), budget_bytes) {
+            Some(entry) => Ok(entry),
+            None => self.get_or_plan_shared(&Arc::new(view.clone()), budget_bytes),
+        }
+    }
+
+    /// [`get_or_plan`](Self::get_or_plan) for a view held elsewhere too (not copied).
+    ///
+    /// # Errors
+    /// As [`plan`].
+    pub fn get_or_plan_shared(
+        &mut self,
+        view: &Arc<GraphView>,
+        budget_bytes: u64,
+    ) -> Result<CachedPlan, Error> {
+        self.get_or_plan_signed(view, signature(view), budget_bytes)
+    }
+
+    /// [`get_or_plan_shared`](Self::get_or_plan_shared) for a view whose signature is
+    /// known (not hashed again).
+    ///
+    /// # Errors
+    /// As [`plan`].
+    pub fn get_or_plan_signed(
+        &mut self,
+        view: &Arc<GraphView>,
+        signature: u64,
+        budget_bytes: u64,
+    ) -> Result<CachedPlan, Error> {
+        if let Some(entry) = self.get(signature, budget_bytes) {
+            return Ok(entry);
+        }
+        let schedule = plan(view, budget_bytes)?;
+        Ok(self.insert_shared(view.clone(), budget_bytes, schedule))
+    }
 }

@@ -24,7 +24,8 @@
 //!
 //! # Files
 //! This file holds the state ([`Exec`]'s fields), its construction, what a planned run is
-//! told ([`Hints`], NOTE \[decisions\]) and what a run reports; the events are:
+//! told ([`Hints`], NOTE \[decisions\]) and what a run reports; it names none of the files
+//! below (the planner calls `runs.rs` by its path), which add [`Exec`]'s events:
 //! - `forward.rs`: the forward pass: ops recorded or adopted, and what is kept as they run;
 //! - `backward.rs`: the backward pass: a step's sweep (the values it replays, each once)
 //!   and the lean fallback (NOTE \[lean-schedule\]), and the values that die after it;
@@ -40,7 +41,7 @@ mod evict;
 mod forward;
 mod held;
 mod release;
-mod runs;
+pub(super) mod runs;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -48,9 +49,6 @@ use std::sync::Arc;
 use super::analysis::{Analysis, NONE};
 use super::view::rebuildable;
 use super::{Action, Error, GraphView, Node, min_feasible_budget};
-use release::ReleasePlan;
-
-pub(crate) use runs::{Run, run, run_logged, run_within};
 
 /// At most this many eviction candidates are scored per eviction; larger sets are sampled
 /// with a rotating window (DTR's sampling), which keeps a step's cost bounded.
@@ -463,3 +461,10 @@ impl Exec<'_> {
 
 /// The number of options of each decision of a run (NOTE [decisions]).
 pub(crate) type Decisions = Vec<u8>;
+
+/// What NOTE [pin-release] (`release.rs`) changes when it drops a pinned value.
+#[derive(Debug)]
+struct ReleasePlan {
+    frontier: Vec<u32>,
+    crossed: Vec<u32>,
+}

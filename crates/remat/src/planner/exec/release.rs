@@ -1,17 +1,10 @@
 //! NOTE \[pin-release\] (below, on [`Exec::try_release`]): a held value that cannot be
 //! rebuilt is dropped once only values held can need it, and those are pinned in its place.
 
-use super::Exec;
+use super::{Exec, ReleasePlan};
 use crate::planner::simulate::for_each_distinct;
 use crate::planner::view::rebuildable;
 use crate::planner::{Action, Forced};
-
-/// What NOTE [pin-release] changes when it drops a pinned value.
-#[derive(Debug)]
-pub(super) struct ReleasePlan {
-    pub(super) frontier: Vec<u32>,
-    crossed: Vec<u32>,
-}
 
 /// The most values a pin-release walk visits (NOTE [pin-release]).
 const RELEASE_WALK: usize = 64;

@@ -58,7 +58,7 @@ fn checked_run(
 
 fn lean(view: &GraphView, budget: u64) -> Result<Schedule, Error> {
     let analysis = Arc::new(Analysis::new(view));
-    exec::run(view, &analysis, Strategy::Lean, budget).map(|(a, _, _)| Schedule::new(a))
+    exec::runs::run(view, &analysis, Strategy::Lean, budget).map(|(a, _, _)| Schedule::new(a))
 }
 
 /// Budgets from the smallest feasible to keep-all.
