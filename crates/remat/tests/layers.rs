@@ -625,14 +625,6 @@ fn crate_edges() -> Vec<Edge> {
 /// (issue 35, item 4), each exactly as `cycles` finds it; `no_file_level_cycle` fails on any
 /// other, and `the_known_cycles_are_still_there` when one of these goes (remove it here).
 const KNOWN_CYCLES: &[&[&str]] = &[
-    &[
-        "graph/backward.rs",
-        "graph/grads.rs",
-        "graph/mod.rs",
-        "graph/node.rs",
-        "graph/op.rs",
-        "graph/retrieve.rs",
-    ],
     // The portfolio planner plans each stage of a chain (`blocks.rs`, `rotor.rs`, on
     // sub-views that `pinned.rs` and `tuples.rs` reduce) with itself: a recursion across
     // files, to be broken by passing `plan` in.

@@ -1,14 +1,9 @@
-//! The op trait the graph runs: what a recorded op is to the engine below the policies.
-//!
-//! A [`Rule`] describes an op once (its forward, what its backward reads, the backward
-//! itself, its cost class); [`Vjp`] is the context its backward step reads values through
-//! (NOTE [one-rule]). [`Placement`] is the plain data a node carries about what the decision
-//! layer (`checkpoint/`) decided for it when it was recorded.
-//!
-//! NOTE [one-rule]: the forward recorded with a node is the same code that the forward pass
-//! ran, so every node is replayable by construction and a replay is bit-identical to the
-//! forward. A rule's `vjp` reads saved values only through [`Vjp`], which hands out stored or
-//! rebuilt values and checks that the rule reads only what it declared.
+//! What a recorded op declares to the engine: its name and cost class ([`OpInfo`], [`Cost`]),
+//! what its backward step reads ([`Reads`], given which inputs are [`Tracked`]), the
+//! [`Values`] its forward takes, and [`Placement`], the plain data a node carries about what
+//! the decision layer (`checkpoint/`) decided for it when it was recorded. The op trait
+//! itself ([`Rule`](super::Rule), NOTE \[one-rule\]) is in `node.rs`, beside the node that
+//! holds it. Names nothing else of the graph.
 //!
 //! # Invariants
 //! - Nothing here decides what is kept: a [`Placement`] is read, never computed, in `graph/`.
@@ -16,13 +11,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use burn_backend::{Backend, BackendTypes, TensorMetadata, tensor::FloatTensor};
-use burn_std::Shape;
+use burn_backend::tensor::FloatTensor;
 use smallvec::SmallVec;
-
-use super::grads::Gradients;
-use super::retrieve;
-use super::{GraphNode, Input, Node, NodeId, NodeKind, Slot};
 
 /// How expensive an op is to replay, relative to keeping its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -208,171 +198,4 @@ impl Tracked {
     pub(crate) fn is_empty(&self) -> bool {
         self.low == 0 && self.high.is_none()
     }
-}
-
-/// An op, described once (NOTE [one-rule]).
-pub(crate) trait Rule<B: BackendTypes>: Send + Sync + 'static {
-    /// Name and cost class, for policies and statistics.
-    fn info(&self) -> OpInfo;
-
-    /// Computes the output from the inputs. Runs in the forward pass and in every replay.
-    fn forward(&self, inputs: Values<B>) -> FloatTensor<B>;
-
-    /// What the backward step reads, given which inputs need a gradient.
-    fn reads(&self, tracked: Tracked) -> Reads;
-
-    /// The backward step: from the output's gradient, sets the gradient of each tracked input.
-    fn vjp(&self, cx: &mut Vjp<'_, B>, grad: FloatTensor<B>);
-
-    /// Whether replaying `forward` reproduces the output bit for bit. False for random ops
-    /// and transfers between backends.
-    fn replayable(&self) -> bool {
-        self.info().cost != Cost::Random
-    }
-
-    /// Whether a replay of `forward` reads input `i`. Every input, but for custom ops:
-    /// their first inputs are parents for the gradient only, and a replay reads the inputs
-    /// their retro-forward declared.
-    fn replay_input(&self, _i: usize) -> bool {
-        true
-    }
-
-    /// Parents on another inner backend (only transfers have some).
-    fn push_foreign_parents(&self, _out: &mut Vec<Arc<dyn GraphNode>>) {}
-}
-
-/// The context of one backward step: reads saved values, sets input gradients.
-pub(crate) struct Vjp<'a, B: BackendTypes> {
-    node: &'a Node<B>,
-    inputs: &'a [Input<B>],
-    reads: &'a Reads,
-    done: Reads,
-    grads: &'a mut Gradients,
-}
-
-impl<'a, B: Backend> Vjp<'a, B> {
-    pub(crate) fn new(
-        node: &'a Node<B>,
-        inputs: &'a [Input<B>],
-        reads: &'a Reads,
-        grads: &'a mut Gradients,
-    ) -> Self {
-        Self {
-            node,
-            inputs,
-            reads,
-            done: Reads::NOTHING,
-            grads,
-        }
-    }
-
-    /// Whether input `i` needs a gradient.
-    pub(crate) fn needs_grad(&self, i: usize) -> bool {
-        self.inputs[i].node.is_some()
-    }
-
-    /// The value of input `i`, which the rule declared it reads.
-    pub(crate) fn input(&mut self, i: usize) -> FloatTensor<B> {
-        debug_assert!(
-            self.reads.has_input(i) && !self.done.has_input(i),
-            "remat internal error: op `{}` reads input {i} without declaring it (or twice)",
-            self.node.name
-        );
-        self.done.insert(i);
-        retrieve::read_input(&self.inputs[i])
-    }
-
-    /// The op's output, which the rule declared it reads.
-    pub(crate) fn output(&mut self) -> FloatTensor<B> {
-        debug_assert!(
-            self.reads.output && !self.done.output,
-            "remat internal error: op `{}` reads its output without declaring it (or twice)",
-            self.node.name
-        );
-        self.done.output = true;
-        retrieve::read_value(self.node)
-    }
-
-    /// An argument with input `i`'s shape for a kernel that reads only its shape
-    /// (NOTE [shape-only-arguments]): the input's value when it is kept anyway (stored in its
-    /// producer's slot for a read still to come, or held on the edge), else one element
-    /// broadcast to `shape`. Makes no read, rebuilds nothing and allocates no input-sized
-    /// buffer.
-    pub(crate) fn shape_arg(
-        &self,
-        i: usize,
-        shape: &Shape,
-        like: &FloatTensor<B>,
-    ) -> FloatTensor<B> {
-        let input = &self.inputs[i];
-        let kept = match input.producer() {
-            Some(producer) => match &producer.lock().slot {
-                Slot::Stored(kept) => Some(kept.get().clone()),
-                Slot::Evicted(_) | Slot::Unneeded => None,
-            },
-            // A fill's recipe holds no buffer (NOTE [fill-constants]).
-            None => input.held.as_ref().and_then(|kept| kept.buffer()).cloned(),
-        };
-        kept.unwrap_or_else(|| shape_only::<B>(shape.clone(), like))
-    }
-
-    /// Sets the gradient of input `i` (accumulated with other gradients of the same node).
-    /// Dropped when the input needs none.
-    pub(crate) fn set(&mut self, i: usize, grad: FloatTensor<B>) {
-        if let Some(node) = &self.inputs[i].node {
-            self.grads.register::<B>(node.id, grad);
-        }
-    }
-
-    /// Like [`set`](Self::set), with a gradient a collective wrote that is not synchronised
-    /// yet: it is synchronised before it is first read (NOTE [lazy-collectives] in
-    /// `backend/distributed.rs`).
-    pub(crate) fn set_unsynced(&mut self, i: usize, grad: FloatTensor<B>) {
-        match &self.inputs[i].node {
-            Some(node) => self.grads.register_unsynced::<B>(node.id, grad),
-            // Nothing will read it: synchronise before its buffer is released.
-            None => B::sync_collective(&grad.device()),
-        }
-    }
-
-    /// The id of the node whose step this is.
-    pub(crate) fn node_id(&self) -> NodeId {
-        self.node.id
-    }
-
-    /// The id of input `i`'s node and whether it is a leaf, when it needs a gradient.
-    pub(crate) fn input_node(&self, i: usize) -> Option<(NodeId, bool)> {
-        self.inputs[i]
-            .node
-            .as_ref()
-            .map(|n| (n.id, n.kind == NodeKind::Leaf))
-    }
-
-    /// The gradients container, for rules whose parents live on another backend.
-    pub(crate) fn grads(&mut self) -> &mut Gradients {
-        self.grads
-    }
-
-    /// Releases the declared reads the rule did not make, so that counts drain, without
-    /// rebuilding the values they would have read (NOTE [release-without-rebuild]).
-    pub(crate) fn release_unread(&mut self) {
-        for i in 0..self.inputs.len() {
-            if self.reads.has_input(i) && !self.done.has_input(i) {
-                self.done.insert(i);
-                retrieve::release_input(&self.inputs[i]);
-            }
-        }
-        if self.reads.output && !self.done.output {
-            self.done.output = true;
-            retrieve::release(self.node);
-        }
-    }
-}
-
-/// One element broadcast to `shape`, with the device and dtype of `like`: an argument whose
-/// values a kernel does not read (NOTE [shape-only-arguments] in `ops/common.rs`).
-fn shape_only<B: Backend>(shape: Shape, like: &FloatTensor<B>) -> FloatTensor<B> {
-    let one = Shape::from(vec![1; shape.num_dims()]);
-    let zero = B::float_zeros(one, &like.device(), like.dtype().into());
-    B::float_expand(zero, shape)
 }

@@ -1,5 +1,5 @@
 //! Op families. Each file describes its ops once, as rules (the `Rule` trait of
-//! `graph/op.rs`): forward, what the backward reads, the backward itself, and the cost class. `record.rs` is the one place an op is recorded (facts -> `checkpoint::decide`
+//! `graph/node.rs`): forward, what the backward reads, the backward itself, and the cost class. `record.rs` is the one place an op is recorded (facts -> `checkpoint::decide`
 //! -> the graph).
 //!
 //! The op families name the graph, the decisions and the tensor wrapper, never `backend/`:
