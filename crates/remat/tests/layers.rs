@@ -217,7 +217,6 @@ fn tokens(code: &[char]) -> Vec<Token> {
                 i += 1;
             }
             let text: String = code[start..i].iter().collect();
-            // `r#name` is the identifier `name`.
             out.push(Token { text, line });
         } else if c == ':' && code.get(i + 1) == Some(&':') {
             out.push(Token {
