@@ -39,7 +39,7 @@
 //! its input runs out of place where the forward op ran in place (on NdArray, whose softmax
 //! and layer norm are several passes over their input, replays took 3x and 7x the forward
 //! pass's times before replays took the inputs they read last, NOTE \[hand-over\] in
-//! `budget/carry.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So
+//! `graph/node.rs`; since then 1.0x and 1.05x on the benchmark's transformer at 50%). So
 //! replays under a budget are timed too, the same way (between two syncs, the first runs
 //! per kind within the window: the inner backend, the op's name and output bytes, as the
 //! planner's view tells ops apart), and where a kind has replay samples their lower median
