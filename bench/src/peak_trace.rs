@@ -5,7 +5,7 @@
 //! The snapshot is taken at the last allocation of at least [`THRESHOLD`] bytes that set a
 //! new peak of the step, so smaller allocations after it can add up to a little more. The
 //! tracer's own allocations (frame strings, the table) are counted by the allocator like any
-//! other, and the first backtrace loads the symbols, so [`warm`] runs before the step.
+//! other, and the first backtrace loads the symbols, so [`start`] takes one before the step.
 
 use std::cell::Cell;
 use std::collections::HashMap;
