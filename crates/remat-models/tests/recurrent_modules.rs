@@ -374,7 +374,9 @@ fn lstm_s_first_step_online_at_a_tenth_of_k_holds_its_budget() {
 /// loss never reads, at half and a quarter of SaveAll's bytes.
 #[test]
 fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
-    check(Model::LstmLast, &[(50, 1.2), (25, 1.0)]);
+    // NOTE [compaction-entries] in `session.rs`: 0.97x and 0.73x SaveAll's heap (debug, 32
+    // steps; 1.04x and 0.80x before).
+    check(Model::LstmLast, &[(50, 0.95), (25, 0.75)]);
 }
 
 /// NOTE [planner-memory] in `planner/rotor.rs`: the first step under a new budget of a graph

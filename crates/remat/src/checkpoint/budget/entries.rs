@@ -251,6 +251,17 @@ impl Entries {
         }
     }
 
+    /// The entry at `at`, moved out where it is listed (an empty node is left in its place)
+    /// and made where the step followed a plan: a compaction keeps a few live entries of
+    /// many without listing them all first (NOTE \[compaction-entries\] in `session.rs`).
+    pub(super) fn take(&mut self, at: usize) -> planner::Node {
+        if self.followed.is_some() {
+            return self.get(at).into_owned();
+        }
+        self.not_lent();
+        std::mem::replace(&mut self.listed[at], planner::Node::new("", 0, 0.0))
+    }
+
     /// The entries as a list, made now where the step followed a plan (see the module
     /// docs): appending to it no longer follows.
     pub(super) fn listed(&mut self) -> &mut Vec<planner::Node> {
@@ -335,8 +346,17 @@ mod tests {
                 .collect();
             assert_eq!(reads, expected, "entry {at}");
         }
+        // NOTE [compaction-entries]: taken one by one while followed, nothing is listed.
+        for at in [4, 1] {
+            assert_eq!(entries.take(at), recorded[at], "entry {at} taken");
+        }
+        assert!(entries.followed.is_some() && entries.listed.is_empty());
         let listed = entries.listed().clone();
         assert_eq!(listed, recorded);
+        // Once listed, an entry taken is moved out, and an empty node left in its place.
+        assert_eq!(entries.take(2), recorded[2]);
+        assert_eq!(entries.get(2).name, "");
+        entries.listed()[2] = recorded[2].clone();
         entries.push(planner::Node::new("d", 8, 1.0).inputs([4]));
         assert_eq!(entries.len(), 6);
         assert_eq!(entries.get(5).inputs, [4]);
