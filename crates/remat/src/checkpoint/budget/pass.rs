@@ -111,16 +111,19 @@ fn side_ops(nodes: &Entries, side: &[bool], quiet: &[bool], read_outside: &[u32]
 // plus a few values (`crates/remat-models/tests/recurrent_modules.rs`,
 // `lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input`).
 
+/// A node's shared constants, as its description lists them (`ScheduleEntry::shared`).
+type Shared = SmallVec<[(usize, u64, bool); 1]>;
+
 /// Releases each shared constant of the pass at the step of its holder that steps last
-/// (NOTE \[shared-release\]). `nodes` are in view order (`by_id`), and `described` in step
+/// (NOTE \[shared-release\]). `nodes` are in view order (`by_id`), and `shared` in step
 /// order.
-fn charge_last_holders(nodes: &mut [planner::Node], described: &[ScheduleEntry], by_id: &[usize]) {
+fn charge_last_holders(nodes: &mut [planner::Node], shared: &[Shared], by_id: &[usize]) {
     // By constant: its owner's view index, and its last-stepping holder's step position,
     // view index and bytes.
     let mut owner: HashMap<usize, u32> = HashMap::new();
     let mut last: HashMap<usize, (usize, u32, u64)> = HashMap::new();
     for (i, &k) in by_id.iter().enumerate() {
-        for &(key, bytes, owns) in &described[k].shared {
+        for &(key, bytes, owns) in &shared[k] {
             if owns {
                 owner.insert(key, i as u32);
             }
@@ -360,36 +363,47 @@ pub(crate) fn plan_pass(
     let view: Arc<GraphView> = match session_view {
         Some(Ok(view)) => view,
         described => {
-            let full: Vec<ScheduleEntry> = entries
-                .iter()
-                .map(|e| {
-                    order[e.pos].schedule_entry().unwrap_or_else(|| {
-                        panic!("remat internal error: a node of a pass has no description")
-                    })
+            let describe = |e: &Facts| {
+                order[e.pos].schedule_entry().unwrap_or_else(|| {
+                    panic!("remat internal error: a node of a pass has no description")
                 })
-                .collect();
+            };
+            // NOTE [pass-facts]: of a node's description, only its shared constants are kept
+            // past it (all descriptions held at once were 0.15 MB of the first step's heap
+            // peak on Burn's `Lstm` under half of K, 32 steps).
+            let mut shared: Vec<Shared> = Vec::with_capacity(entries.len());
             let mut nodes = match described {
-                Some(Err(nodes)) => nodes,
-                _ => by_id
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &k)| {
-                        let e = &full[k];
+                Some(Err(nodes)) => {
+                    shared.extend(entries.iter().map(|e| describe(e).shared));
+                    nodes
+                }
+                _ => {
+                    let mut nodes: Vec<Option<planner::Node>> = vec![None; entries.len()];
+                    for facts in &entries {
+                        let e = describe(facts);
+                        let i = index(&e.id).expect("a claimed node is indexed");
                         let mut reads = to_index(&e.step_reads);
                         if e.reads_output {
-                            reads.push(i as u32);
+                            reads.push(i);
                         }
                         let (cost, bytes) =
                             recorded(e.id).unwrap_or_else(|| (estimate(e.cost, e.bytes), e.bytes));
-                        planner::Node::new(e.name, bytes, cost)
-                            .inputs(to_index(&e.inputs))
-                            .step_reads(reads)
-                            .replayable(e.replayable)
-                            .fixed_bytes(e.fixed_bytes)
-                    })
-                    .collect(),
+                        nodes[i as usize] = Some(
+                            planner::Node::new(e.name, bytes, cost)
+                                .inputs(to_index(&e.inputs))
+                                .step_reads(reads)
+                                .replayable(e.replayable)
+                                .fixed_bytes(e.fixed_bytes),
+                        );
+                        shared.push(e.shared);
+                    }
+                    nodes
+                        .into_iter()
+                        .map(|n| n.expect("every view node is described"))
+                        .collect()
+                }
             };
-            charge_last_holders(&mut nodes, &full, &by_id);
+            charge_last_holders(&mut nodes, &shared, &by_id);
             smooth_costs(&mut nodes, backend);
             Arc::new(
                 GraphView::with_step_order(nodes, step_order.clone()).unwrap_or_else(|e| {
