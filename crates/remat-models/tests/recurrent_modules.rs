@@ -98,6 +98,9 @@ struct Step {
     kept: i64,
     /// Heap after backward, the gradients held, above the level before.
     grads_bytes: i64,
+    /// Of `kept`, what remat does not count as held (`remat::stats().live_bytes`): the
+    /// graph's own records, the budget session's, and the values' metadata.
+    own: i64,
     replays: u64,
     /// `remat::stats().peak_bytes` (what remat held at most).
     held: u64,
@@ -128,6 +131,7 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
         }
     });
     let kept = heap::live() as i64 - before;
+    let own = kept - remat::stats().live_bytes as i64;
     let grads = loss.backward();
     let peak = heap::peak() as i64 - before;
     let grads_bytes = heap::live() as i64 - before;
@@ -144,6 +148,7 @@ fn step(net: &Net, model: Model, x: &Tensor<3>, policy: Policy) -> Step {
         peak,
         kept,
         grads_bytes,
+        own,
         replays: stats.replays,
         held: stats.peak_bytes,
         grads,
@@ -507,6 +512,53 @@ fn lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input() {
         beyond[0] <= 32 * 1024,
         "the smallest budget holds {} bytes beyond the input",
         beyond[0]
+    );
+}
+
+/// FIXME [tape-bytes] in ARCHITECTURE.md: on 4 KiB values (issue 34's own `Lstm`: batch 16,
+/// input 16, hidden 64) the step's heap cannot meet issue 34's rule (`b + 1.1 (P - K + G) +
+/// 256 KiB`) at a tenth of K under any schedule: what the step holds beyond remat's held
+/// values once its forward pass ends (the graph's records of its ops, the budget session's,
+/// the values' metadata), which no schedule drops, passes the rule by itself. Measured
+/// (debug, 128 steps, a quarter of K, the third step): 2.52 MB beyond the values, against a
+/// rule of 1.60 MB at a tenth of K and 2.42 MB at a quarter; SaveAll's K is 5.51 MB, of which
+/// 1.71 MB is not held values. When this fails, the records have shrunk below the rule: the
+/// budget can then be held to it, and ARCHITECTURE.md's FIXME [tape-bytes] updated.
+#[test]
+fn the_graph_s_own_bytes_pass_issue_34_s_rule_at_a_tenth_of_k_on_4_kib_values() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    one_measured_thread();
+    let seq = 128;
+    let (net, x) = lstm_and_input_of(SMALL, seq);
+    step(&net, Model::LstmLast, &x, Policy::SaveAll);
+    let save_all = step(&net, Model::LstmLast, &x, Policy::SaveAll);
+    let k = save_all.kept as f64;
+    let slack = 1.1 * (save_all.peak - save_all.kept + save_all.grads_bytes) as f64 + 262_144.0;
+    let budget = save_all.kept as u64 / 4;
+    let runs: Vec<Step> = (0..3)
+        .map(|_| step(&net, Model::LstmLast, &x, Policy::Budget(budget)))
+        .collect();
+    for run in &runs {
+        assert_like_save_all(run, &save_all, budget, "a quarter of K");
+    }
+    let own = runs[2].own as f64;
+    let rule = |share: f64| share * k + slack;
+    eprintln!(
+        "Lstm {seq} steps: SaveAll K {} bytes ({} beyond its held values), peak {}; a quarter \
+         of K, the third step: {own} bytes beyond the held values after the forward pass, \
+         heap peak {}; issue 34's rule {:.0} at a tenth of K, {:.0} at a quarter",
+        save_all.kept,
+        save_all.own,
+        save_all.peak,
+        runs[2].peak,
+        rule(0.1),
+        rule(0.25)
+    );
+    assert!(
+        own > rule(0.1),
+        "FIXME [tape-bytes] fixed? What the step holds beyond its values ({own} bytes) is now \
+         within issue 34's rule at a tenth of K ({:.0}): hold the budget to the rule",
+        rule(0.1)
     );
 }
 
