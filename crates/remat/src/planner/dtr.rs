@@ -86,6 +86,23 @@ impl<'a> Dtr<'a> {
         Dtr::resume_checked(budget_bytes, prefix, held).map_err(|(error, _)| error)
     }
 
+    /// [`Dtr::resume_over`] the whole graph, `view`: its backward pass
+    /// ([`Dtr::begin_backward`], given the view's step order) reads the view as it is,
+    /// where a resumed prefix is copied into a view of its own (NOTE \[resume-view\] in
+    /// `exec/backward.rs`).
+    ///
+    /// # Errors
+    /// As [`Dtr::resume`].
+    pub(crate) fn resume_over_view(
+        budget_bytes: u64,
+        view: &'a GraphView,
+        held: &[u32],
+    ) -> Result<Self, Error> {
+        let mut dtr = Dtr::resume_over(budget_bytes, Cow::Borrowed(view.nodes()), held)?;
+        dtr.exec.know_view(view);
+        Ok(dtr)
+    }
+
     /// [`Dtr::resume_over`], handing `prefix` back on an error.
     fn resume_checked(
         budget_bytes: u64,

@@ -167,6 +167,33 @@ impl Entries {
         });
     }
 
+    /// The entries of a session whose backward pass took the list of its nodes for its
+    /// `view`, with the side ops `sides` split out as `side_nodes` (NOTE \[split-sides\] in
+    /// `pass.rs`): read as a followed step's entries are.
+    pub(super) fn after_pass(
+        view: Arc<GraphView>,
+        sides: Arc<[Side]>,
+        side_nodes: Vec<planner::Node>,
+    ) -> Self {
+        assert_eq!(
+            sides.len(),
+            side_nodes.len(),
+            "remat internal error: a side op without its node"
+        );
+        let len = (view.len() + sides.len()) as u32;
+        Self {
+            listed: Vec::new(),
+            followed: Some(Followed {
+                view,
+                sides,
+                side_nodes,
+                fixed: Vec::new(),
+                len,
+            }),
+            lent: None,
+        }
+    }
+
     /// Appends `entry`; while following, it is the view's node or side op at its position.
     pub(super) fn push(&mut self, entry: planner::Node) {
         self.not_lent();

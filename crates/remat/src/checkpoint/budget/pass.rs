@@ -10,7 +10,6 @@
 //! - The actions returned name positions in the pass's order, not the view's indices.
 
 use std::any::TypeId;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -154,9 +153,10 @@ fn charge_last_holders(nodes: &mut [planner::Node], shared: &[Shared], by_id: &[
     }
 }
 
-/// The session's `nodes` without its side ops (NOTE \[side-ops\] in `state.rs`), renumbered;
-/// `None` when a node reads a side op.
-fn without_sides(nodes: &[planner::Node], sides: &[Side]) -> Option<Vec<planner::Node>> {
+/// Takes the side ops (NOTE \[side-ops\] in `state.rs`) out of the session's `nodes`, in
+/// place: `nodes` keeps the others, renumbered, and the side ops' nodes are returned in
+/// order (NOTE \[split-sides\]). `None`, with `nodes` untouched, when a node reads a side op.
+fn split_sides(nodes: &mut Vec<planner::Node>, sides: &[Side]) -> Option<Vec<planner::Node>> {
     let mut number = vec![u32::MAX; nodes.len()];
     let mut next = 0;
     let mut k = 0;
@@ -168,23 +168,41 @@ fn without_sides(nodes: &[planner::Node], sides: &[Side]) -> Option<Vec<planner:
             next += 1;
         }
     }
-    let renumber = |list: &[u32]| -> Option<Vec<u32>> {
-        list.iter()
-            .map(|&u| Some(number[u as usize]).filter(|&v| v != u32::MAX))
-            .collect()
-    };
-    nodes
+    let kept = |at: usize| number[at] != u32::MAX;
+    let reads_a_side = (0..nodes.len()).filter(|&at| kept(at)).any(|at| {
+        let node = &nodes[at];
+        node.inputs
+            .iter()
+            .chain(&node.step_reads)
+            .any(|&u| !kept(u as usize))
+    });
+    if reads_a_side {
+        return None;
+    }
+    let side_nodes: Vec<planner::Node> = sides
         .iter()
-        .zip(&number)
-        .filter(|(_, v)| **v != u32::MAX)
-        .map(|(node, _)| {
-            let mut node = node.clone();
-            node.inputs = renumber(&node.inputs)?;
-            node.step_reads = renumber(&node.step_reads)?;
-            Some(node)
-        })
-        .collect()
+        .map(|side| std::mem::replace(&mut nodes[side.at as usize], planner::Node::new("", 0, 0.0)))
+        .collect();
+    let mut at = 0;
+    nodes.retain_mut(|node| {
+        let keep = kept(at);
+        at += 1;
+        if keep {
+            for u in node.inputs.iter_mut().chain(node.step_reads.iter_mut()) {
+                *u = number[*u as usize];
+            }
+        }
+        keep
+    });
+    Some(side_nodes)
 }
+
+// NOTE [split-sides]: where the session recorded the pass's ops and its side ops, the pass's
+// view was a renumbered copy of the session's entries without the side ops, made beside
+// them: 0.21 MB of a 2.0 MB first step on Burn's `Lstm` under half of K (32 steps). The
+// entries are now split in place: the pass takes the list, and the session keeps the side
+// ops' nodes beside the pass's view (`Entries::after_pass`), which is all its compaction
+// reads (the pass's own nodes are claimed, so none of them is kept).
 
 /// The replay time of `actions`' `Replay`s, at the nodes' costs.
 fn replay_cost(nodes: &[planner::Node], actions: &[Action]) -> f64 {
@@ -302,6 +320,8 @@ pub(crate) fn plan_pass(
     // held values are checked below.
     // The session's ops the pass did not claim are the step's side ops (NOTE [side-ops] in
     // `state.rs`), listed when the session starts with the pass's first op.
+    // NOTE [split-sides]: the side ops' nodes, where the pass took the session's list.
+    let mut split = None;
     let (session_view, follow, sides, side_read) = SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
@@ -347,7 +367,18 @@ pub(crate) fn plan_pass(
                     if sides.is_empty() {
                         Some(std::mem::take(listed))
                     } else {
-                        without_sides(listed, &sides)
+                        // NOTE [split-sides].
+                        let mut nodes = std::mem::take(listed);
+                        match split_sides(&mut nodes, &sides) {
+                            Some(side_nodes) => {
+                                split = Some(side_nodes);
+                                Some(nodes)
+                            }
+                            None => {
+                                *listed = nodes;
+                                None
+                            }
+                        }
                     }
                 })
                 .flatten()
@@ -415,6 +446,13 @@ pub(crate) fn plan_pass(
             )
         }
     };
+    if let Some(side_nodes) = split {
+        SESSION.with(|cell| {
+            if let Some(session) = cell.borrow_mut().as_mut() {
+                session.nodes = Entries::after_pass(view.clone(), sides.clone(), side_nodes);
+            }
+        });
+    }
     let nodes = view.nodes();
     // Held values that no step and no replay of this pass reads (kept for a graph that was
     // dropped, say) are dropped now, as every pass drops unneeded backups.
@@ -442,7 +480,7 @@ pub(crate) fn plan_pass(
     // first (their own passes rebuild them).
     let attempt_within = |budget: u64, held: &[u32], limit: f64| {
         attempt_plan(
-            nodes,
+            &view,
             &step_order,
             &entries,
             order.len(),
@@ -752,7 +790,7 @@ fn backward_chunks(
 /// (`len` of them), what to carry out before finishing that node; abandoned (`Ok(None)`)
 /// once its replays cost more than `limit`.
 fn attempt_plan(
-    nodes: &[planner::Node],
+    view: &GraphView,
     step_order: &[u32],
     entries: &[Facts],
     len: usize,
@@ -761,8 +799,10 @@ fn attempt_plan(
     limit: f64,
 ) -> Result<Option<Chunks>, planner::Error> {
     // Over the view's nodes, not a copy of them (0.9 MB of the first step's peak on Burn's
-    // `Lstm`, 128 steps: the step's own heap was 6.1 MB).
-    let mut dtr = Dtr::resume_over(budget, Cow::Borrowed(nodes), held)?;
+    // `Lstm`, 128 steps: the step's own heap was 6.1 MB), and its backward over the view
+    // itself (NOTE [resume-view] in `planner/exec/backward.rs`).
+    let mut dtr = Dtr::resume_over_view(budget, view, held)?;
+    let nodes = view.nodes();
     let mut ranges: Vec<Range<u32>> = vec![0..0; len];
     let mut actions = dtr.begin_backward(step_order.to_vec())?.to_vec();
     let mut start = 0;
@@ -847,6 +887,54 @@ mod tests {
         smooth_costs(&mut nodes, None);
         let again: Vec<f64> = nodes.iter().map(|n| n.cost).collect();
         assert_eq!(again, costs);
+    }
+
+    /// NOTE [split-sides]: a session `a, s1, b, s2, c` with side ops `s1` (reading `a`) and
+    /// `s2` (reading `s1` and `b`): the pass takes `a, b, c` renumbered, in place, and the
+    /// session keeps the side ops' nodes, read at their positions beside the view.
+    #[test]
+    fn side_ops_are_split_out_in_place_and_read_beside_the_view() {
+        let side = |at, before| Side {
+            at,
+            before,
+            name: "slice_assign",
+            bytes: 64,
+            free: true,
+        };
+        let sides: Arc<[Side]> = Arc::from([side(1, 1), side(3, 2)]);
+        let session = vec![
+            planner::Node::new("a", 8, 1.0),
+            planner::Node::new("s1", 64, 0.5).inputs([0]),
+            planner::Node::new("b", 8, 2.0).inputs([0]).step_reads([0]),
+            planner::Node::new("s2", 64, 0.5).inputs([1, 2]),
+            planner::Node::new("c", 8, 3.0).inputs([2]).step_reads([4]),
+        ];
+        let mut nodes = session.clone();
+        let capacity = nodes.capacity();
+        let side_nodes = split_sides(&mut nodes, &sides).expect("no pass node reads a side op");
+        assert_eq!(
+            nodes,
+            [
+                planner::Node::new("a", 8, 1.0),
+                planner::Node::new("b", 8, 2.0).inputs([0]).step_reads([0]),
+                planner::Node::new("c", 8, 3.0).inputs([1]).step_reads([2]),
+            ]
+        );
+        assert_eq!(nodes.capacity(), capacity, "split in place, not copied");
+        assert_eq!(side_nodes, [session[1].clone(), session[3].clone()]);
+        let view = Arc::new(GraphView::new(nodes).unwrap());
+        let entries = Entries::after_pass(view, sides.clone(), side_nodes);
+        assert_eq!(entries.len(), 5);
+        for (at, node) in session.iter().enumerate() {
+            assert_eq!(entries.get(at).inputs, node.inputs, "entry {at}");
+            assert_eq!(entries.bytes(at), node.bytes, "entry {at}");
+        }
+        // A pass node reading a side op: nothing is split.
+        let mut reads_side = session.clone();
+        reads_side[4].inputs = [3].into();
+        let before = reads_side.clone();
+        assert!(split_sides(&mut reads_side, &sides).is_none());
+        assert_eq!(reads_side, before);
     }
 
     #[test]

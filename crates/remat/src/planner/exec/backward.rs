@@ -14,7 +14,20 @@ use crate::planner::simulate::for_each_distinct;
 use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, GraphView};
 
-impl Exec<'_> {
+impl<'a> Exec<'a> {
+    /// The whole graph is `view`, whose nodes this executor was resumed over: the backward
+    /// pass reads it as it is (NOTE [resume-view]).
+    ///
+    /// # Panics
+    /// When the executor's nodes are not the view's.
+    pub(crate) fn know_view(&mut self, view: &'a GraphView) {
+        assert!(
+            std::ptr::eq(self.nodes.as_ref(), view.nodes()),
+            "remat internal error: an executor told of a view over other nodes"
+        );
+        self.view = Some(Cow::Borrowed(view));
+    }
+
     /// Starts the backward pass of an online run: the whole graph is known now.
     pub(crate) fn begin_backward(&mut self, step_order: Vec<u32>) -> Result<(), Error> {
         if self.view.is_none() {
@@ -22,6 +35,18 @@ impl Exec<'_> {
             let analysis = Arc::new(Analysis::new(&view));
             self.view = Some(Cow::Owned(view));
             self.analysis = Some(analysis);
+        } else if self.analysis.is_none() {
+            // NOTE [resume-view]: resumed over a view's nodes, the backward pass copied them
+            // into a view of its own (0.12 MB of a 2.0 MB first step on Burn's `Lstm` under
+            // half of K, 32 steps, where the pass plans from the online state).
+            let view = self.view.as_deref().expect("checked above");
+            if view.step_order() != step_order.as_slice() {
+                return Err(Error::InvalidView {
+                    node: None,
+                    reason: "a step order other than the view's".into(),
+                });
+            }
+            self.analysis = Some(Arc::new(Analysis::new(view)));
         }
         let analysis = self
             .analysis
