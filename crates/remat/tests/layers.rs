@@ -624,14 +624,19 @@ fn crate_edges() -> Vec<Edge> {
 /// (issue 35, item 4), each exactly as `cycles` finds it; `no_file_level_cycle` fails on any
 /// other, and `the_known_cycles_are_still_there` when one of these goes (remove it here).
 const KNOWN_CYCLES: &[&[&str]] = &[
-    // The portfolio planner plans each stage of a chain (`blocks.rs`, `rotor.rs`, on
+    // The portfolio planner plans each stage of a chain (`blocks.rs`, `rotor/`, on
     // sub-views that `pinned.rs` and `tuples.rs` reduce) with itself: a recursion across
     // files, to be broken by passing `plan` in.
     &[
         "planner/blocks.rs",
         "planner/pinned.rs",
         "planner/plan.rs",
-        "planner/rotor.rs",
+        "planner/rotor/cuts.rs",
+        "planner/rotor/emit.rs",
+        "planner/rotor/level.rs",
+        "planner/rotor/mod.rs",
+        "planner/rotor/run.rs",
+        "planner/rotor/solve.rs",
         "planner/tuples.rs",
     ],
 ];

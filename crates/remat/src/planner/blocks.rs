@@ -1,5 +1,5 @@
 //! Chain structure in any graph view: the values that cut a step into consecutive *stages*,
-//! and what each stage costs and needs, for the chain planner (`rotor.rs`).
+//! and what each stage costs and needs, for the chain planner (`rotor/`).
 //!
 //! NOTE [stages]: node `c` *cuts* a view when every edge that crosses from `0..=c` to the
 //! nodes after it (a replay's input or a step's read) starts at `c`, every step of the later
@@ -196,12 +196,12 @@ pub(crate) struct Shape {
     pub(crate) input_last: Option<usize>,
     /// Whether a step of the stage reads a value (its input or one of its own). A stage
     /// whose steps read nothing needs nothing held to step (NOTE \[rotor-skip\] in
-    /// `rotor.rs`).
+    /// `rotor/level.rs`).
     pub(crate) steps_read: bool,
     /// For each inner plan: whether the stage's input is of no more use once the plan's
     /// forward part ran (or its tape was replayed): no step of the stage reads the input
     /// and the plan's backward part replays nothing that reads it (NOTE \[rotor-owned\] in
-    /// `rotor.rs`).
+    /// `rotor/level.rs`).
     pub(crate) input_done: Vec<bool>,
     /// For each inner plan: whether it holds the boundary for its own backward part (else
     /// the stages after it may free the boundary once they have read it).
@@ -223,7 +223,7 @@ pub(crate) struct Tape {
     pub(crate) bytes: u64,
     /// The peak of `forward` with the stage's input counted and handed over to its last
     /// reader, and that reader's position in `forward.replays` (`None`: none reads it): a
-    /// sub-chain that owns its input frees it there (NOTE \[rotor-owned\] in `rotor.rs`).
+    /// sub-chain that owns its input frees it there (NOTE \[rotor-owned\] in `rotor/level.rs`).
     pub(crate) through_peak: u64,
     pub(crate) input_last: Option<usize>,
 }

@@ -38,10 +38,10 @@
 //! - [`min_feasible_budget`]: the smallest budget every generator meets (NOTE
 //!   [lean-schedule] in `feasible.rs`): an upper bound on the true minimum, exact on chains;
 //!   [`smallest_budget`]: the smallest budget [`plan`] meets, which on a chain of blocks
-//!   does not grow with the chain's length (NOTE \[rotor\] in `rotor.rs`).
+//!   does not grow with the chain's length (NOTE \[rotor\] in `rotor/mod.rs`).
 //! - Chain structure: the values that cut any view into consecutive stages (`blocks.rs`,
 //!   NOTE \[stages\]), planned as a heterogeneous chain by Rotor's dynamic program over
-//!   stages whose own plans come from the portfolio (`rotor.rs`, NOTE \[rotor\]); a chain
+//!   stages whose own plans come from the portfolio (`rotor/`, NOTE \[rotor\]); a chain
 //!   that repeats is solved by block counts (NOTE \[rotor-run\]), any length in one level.
 //!   [`chain_plan`] returns that plan alone (what [`plan`] weighs against its others).
 //! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);

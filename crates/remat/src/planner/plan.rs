@@ -260,7 +260,7 @@ pub(crate) fn plan_with(
             best.consider(schedule);
         }
     }
-    // A chain of stages (NOTE [rotor] in `rotor.rs`): the heterogeneous chain's optimum.
+    // A chain of stages (NOTE [rotor] in `rotor/mod.rs`): the heterogeneous chain's optimum.
     // On a large view it goes first (the portfolio's runs are then abandoned once they cost
     // more); on a smaller one it goes last, when the portfolio's best still replays.
     // A chain whose blocks also read a value computed before them (NOTE [pinned-chain] in
@@ -430,7 +430,7 @@ pub(crate) fn plan_with(
     }
 }
 
-/// The chain's plan (NOTE \[rotor\] in `rotor.rs`), when the view has stages: the DP's
+/// The chain's plan (NOTE \[rotor\] in `rotor/mod.rs`), when the view has stages: the DP's
 /// schedule, or near the smallest budget (where the DP's units round the room away) the
 /// lean chain schedule. A view with `pinned` values (NOTE \[pinned-chain\]) gets the plan
 /// of its reduced chain, completed.
@@ -506,7 +506,7 @@ fn chain_dp(view: &GraphView, stages: &super::blocks::Stages, budget: u64) -> Op
     rotor::Rotor::new(view, stages, budget)?.schedule()
 }
 
-/// The plan of the view's chain of stages alone (NOTE \[rotor\] in `rotor.rs`): Rotor's
+/// The plan of the view's chain of stages alone (NOTE \[rotor\] in `rotor/mod.rs`): Rotor's
 /// dynamic program over the stages (each stage run by its inner plans, taped, or split at
 /// a kept boundary), or near the chain's smallest budget, where the DP's memory units round
 /// the room away, the lean chain schedule. `None` when the view is not a chain of stages or
