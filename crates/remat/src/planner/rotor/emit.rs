@@ -467,7 +467,7 @@ fn push_split(tasks: &mut Vec<Task>, rest: Task, boundary: u32, prefix: Task) {
 }
 
 /// The actions of a straight replay through the stage whose first node is `start`.
-pub(super) fn replay(start: u32, replays: &Replays, out: &mut Vec<Action>) {
+pub(crate) fn replay(start: u32, replays: &Replays, out: &mut Vec<Action>) {
     for (p, &i) in replays.replays.iter().enumerate() {
         out.push(Action::Replay(start + i));
         out.extend(replays.frees[p].iter().map(|&u| Action::Free(start + u)));

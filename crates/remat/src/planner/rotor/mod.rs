@@ -29,13 +29,13 @@
 //!                holding nothing it does not keep).
 //! ```
 //!
-//! Memory is counted in units (at most [`UNITS`](solve::UNITS) for the budget; boundary sizes round
-//! up, so the plan is valid and the room is used within a unit). The DP over one level of `n` items
-//! is O(n^3 m) and a level has at most [`GROUP`](cuts::GROUP) items; longer chains are grouped:
-//! consecutive items make a group whose own rev and top, for every room, come from the DP of its
-//! items (a block that is itself a chain), so that checkpoints sit at group ends at the upper
-//! levels and anywhere inside a group. Groups of the same items share one DP: a chain of 10,000
-//! equal blocks solves a handful of DPs.
+//! Memory is counted in units (at most [`UNITS`](solve::UNITS) for the budget; boundary
+//! sizes round up, so the plan is valid and the room is used within a unit). The DP over
+//! one level of `n` items is O(n^3 m) and a level has at most [`GROUP`](cuts::GROUP) items;
+//! longer chains are grouped: consecutive items make a group whose own rev and top, for
+//! every room, come from the DP of its items (a block that is itself a chain), so that
+//! checkpoints sit at group ends at the upper levels and anywhere inside a group. Groups of
+//! the same items share one DP: a chain of 10,000 equal blocks solves a handful of DPs.
 //!
 //! Revolve is the case of single-op stages of equal sizes and costs whose steps read their
 //! input; the tests check that this DP reaches its closed form.
@@ -57,10 +57,11 @@ mod solve;
 
 use std::sync::Arc;
 
-use super::blocks::Stages;
+use super::blocks::{Planner, Stages};
 use super::{Action, GraphView, Schedule};
 use cuts::group_key;
-use emit::{inner_rev, replay, sweep};
+pub(crate) use emit::replay;
+use emit::{inner_rev, sweep};
 pub(crate) use solve::Rotor;
 use solve::fixed_total;
 
@@ -89,8 +90,8 @@ thread_local! {
 const RECENT_KEPT: usize = 4;
 
 /// The stages of `view` if the planner plans it as a chain here (not too deep in stages'
-/// inner plans).
-pub(crate) fn stages_of(view: &GraphView) -> Option<Arc<Stages>> {
+/// inner plans), their inner plans by `planner`.
+pub(crate) fn stages_of(view: &GraphView, planner: Planner) -> Option<Arc<Stages>> {
     let depth = NESTING.with(|n| n.get());
     if depth >= MAX_NESTING {
         return None;
@@ -108,7 +109,7 @@ pub(crate) fn stages_of(view: &GraphView) -> Option<Arc<Stages>> {
         return stages;
     }
     NESTING.with(|n| n.set(depth + 1));
-    let stages = Stages::of(view).map(Arc::new);
+    let stages = Stages::of(view, planner).map(Arc::new);
     NESTING.with(|n| n.set(depth));
     RECENT.with(|recent| {
         let mut recent = recent.borrow_mut();
@@ -178,8 +179,13 @@ pub(crate) fn lean_chain(view: &GraphView, stages: &Stages) -> Schedule {
 /// chain). Returns the schedule and its replay cost; `None` when the view is not a chain of
 /// stages or nothing fits. The engine's first step under a budget, which has no plan yet,
 /// resumes this way when it is cheaper than its online eviction.
-pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
-    let stages = stages_of(view)?;
+pub(crate) fn resume(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+    planner: Planner,
+) -> Option<(Schedule, f64)> {
+    let stages = stages_of(view, planner)?;
     let mut held = held.to_vec();
     held.sort_unstable();
     held.dedup();
@@ -206,56 +212,4 @@ pub(crate) fn resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Sch
         .ok()?
         .recompute_cost;
     Some((schedule, cost))
-}
-
-/// NOTE [replay-plan]: a backward pass for a step whose forward pass already ran and left
-/// `held` held (the first step under a budget, run online, NOTE \[forward-overflow\] in
-/// `checkpoint/budget/session.rs`), by the whole-step plan of the view run once more: the held
-/// values are dropped, the plan's forward part is replayed in its rev form (what it keeps at
-/// its end, rebuilt in index order, each value freed after its last use: NOTE \[stages\] in
-/// `blocks.rs`, the whole view one stage), then its backward part runs unchanged. One more
-/// forward pass than the plan, on any graph whose values can all be rebuilt, where online
-/// eviction from the held state may need far more than the plan (Burn's `Gru` with a loss on
-/// every output: the online first step stopped at half of SaveAll's bytes, which its plan
-/// fits). Returns the schedule and its replay cost; `None` when the view does not plan
-/// within `budget` or the rev form does not fit.
-pub(crate) fn replay_plan(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
-    if view.is_empty() || !view.nodes().iter().all(super::view::rebuildable) {
-        return None;
-    }
-    let mut held = held.to_vec();
-    held.sort_unstable();
-    held.dedup();
-    // The rev form holds every constant from its start, and its replays' values in flight
-    // beside what the plan keeps: a plan at the budget may not fit so. Planned again below
-    // the budget by what the rev form passed it, a few times.
-    let mut within = budget;
-    for _ in 0..4 {
-        let plan = super::plan(view, within).ok()?;
-        let schedule = replayed(view, &held, super::blocks::Inner::new(view, plan)?);
-        let outcome = super::simulate(view, &schedule, u64::MAX).ok()?;
-        if outcome.peak_bytes <= budget {
-            return Some((schedule, outcome.recompute_cost));
-        }
-        within = within.checked_sub(outcome.peak_bytes - budget)?;
-    }
-    None
-}
-
-/// The whole-step schedule of NOTE \[replay-plan\]: a forward pass that keeps `held`
-/// (sorted), the held values dropped, `inner`'s forward part replayed, its backward part.
-fn replayed(view: &GraphView, held: &[u32], inner: super::blocks::Inner) -> Schedule {
-    let n = view.len() as u32;
-    let actions = inner.schedule.actions();
-    let mut out = Vec::with_capacity(n as usize + 2 * held.len() + actions.len());
-    for i in 0..n {
-        out.push(Action::Compute(i));
-        if held.binary_search(&i).is_ok() {
-            out.push(Action::Keep(i));
-        }
-    }
-    out.extend(held.iter().map(|&h| Action::Free(h)));
-    replay(0, &inner.rev_forward, &mut out);
-    out.extend_from_slice(&actions[inner.split..]);
-    Schedule::new(out)
 }

@@ -9,13 +9,14 @@ use super::cuts::{Solutions, group_item};
 use super::level::{BASE, ENTRY_BYTES, INF, Item, Kind, Level, SPLIT, Scale, TableMeter};
 use crate::planner::blocks::Shape;
 
-/// NOTE [run-units]: the most memory units of a run's tables. A unit of the grouped levels (at most
-/// [`UNITS`](super::solve::UNITS)) may hold many boundaries of a long chain of small blocks: at 300
-/// slots of a 10,000-stage chain a unit held four, so the DP saw 75 checkpoints where 300 fit, and
-/// replayed up to a forward pass more than Revolve. A run's tables have `(blocks + 1) (units + 1)`
-/// entries each (at most [`MAX_BLOCKS`] blocks at this many units, within NOTE \[planner-memory\]'s
-/// cap), O(log blocks) work per entry, so it can afford boundary-sized units up to this many;
-/// beyond it a unit holds a few boundaries of a chain whose every checkpoint fits anyway.
+/// NOTE [run-units]: the most memory units of a run's tables. A unit of the grouped levels
+/// (at most [`UNITS`](super::solve::UNITS)) may hold many boundaries of a long chain of
+/// small blocks: at 300 slots of a 10,000-stage chain a unit held four, so the DP saw 75
+/// checkpoints where 300 fit, and replayed up to a forward pass more than Revolve. A run's
+/// tables have `(blocks + 1) (units + 1)` entries each (at most [`MAX_BLOCKS`] blocks at
+/// this many units, within NOTE \[planner-memory\]'s cap), O(log blocks) work per entry, so
+/// it can afford boundary-sized units up to this many; beyond it a unit holds a few
+/// boundaries of a chain whose every checkpoint fits anyway.
 pub(super) const RUN_UNITS: u64 = 1024;
 
 /// NOTE [rotor-run]: a long chain that repeats (an unrolled RNN, a stack of equal residual

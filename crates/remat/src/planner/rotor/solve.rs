@@ -13,7 +13,7 @@ use crate::planner::GraphView;
 use crate::planner::blocks::Stages;
 
 /// The most memory units of a budget.
-const UNITS: u64 = 160;
+pub(super) const UNITS: u64 = 160;
 
 // NOTE [planner-memory]: the DP's tables are the planner's memory, and the planner runs in
 // the step it plans for (after the first backward pass under a budget, when the plan for the
