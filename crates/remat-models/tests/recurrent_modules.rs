@@ -384,7 +384,7 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
     check(Model::LstmLast, &[(50, 0.95), (25, 0.75)]);
 }
 
-/// NOTE [planner-memory] in `planner/rotor.rs`: the first step under a new budget of a graph
+/// NOTE [planner-memory] in `planner/rotor/solve.rs`: the first step under a new budget of a graph
 /// the thread ran is planned before its first op (NOTE [plan-ahead]), so the planner's
 /// memory is that step's heap too. The chain DP's tables were 2 KiB an op, at least 16 MiB,
 /// and the exact solver of small stages kept dense tables (13.8 MB at 14 ops; NOTE

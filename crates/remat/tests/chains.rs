@@ -1,4 +1,4 @@
-//! Chains of blocks under `Policy::Budget` (NOTE [rotor] in `planner/rotor.rs`): a
+//! Chains of blocks under `Policy::Budget` (NOTE [rotor] in `planner/rotor/mod.rs`): a
 //! normalized power iteration `x = A x; x = x / |x|` (each block a matmul, then square,
 //! sum, sqrt and a division that reads the matmul's output again: a fan-out inside the
 //! block) runs at a budget that does not grow with its length, with SaveAll's gradients,

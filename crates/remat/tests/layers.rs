@@ -620,33 +620,6 @@ fn crate_edges() -> Vec<Edge> {
     Crate::new(&crate_files()).edges()
 }
 
-/// FIXME [file-cycles]: the groups of files that still name each other around a circle
-/// (issue 35, item 4), each exactly as `cycles` finds it; `no_file_level_cycle` fails on any
-/// other, and `the_known_cycles_are_still_there` when one of these goes (remove it here).
-const KNOWN_CYCLES: &[&[&str]] = &[
-    // The portfolio planner plans each stage of a chain (`blocks.rs`, `rotor.rs`, on
-    // sub-views that `pinned.rs` and `tuples.rs` reduce) with itself: a recursion across
-    // files, to be broken by passing `plan` in.
-    &[
-        "planner/blocks.rs",
-        "planner/pinned.rs",
-        "planner/plan.rs",
-        "planner/rotor.rs",
-        "planner/tuples.rs",
-    ],
-];
-
-#[test]
-fn the_known_cycles_are_still_there() {
-    let groups: Vec<Vec<String>> = cycles(&crate_edges()).into_iter().map(|(g, _)| g).collect();
-    for known in KNOWN_CYCLES {
-        assert!(
-            groups.iter().any(|g| g == known),
-            "FIXME [file-cycles]: {known:?} is no longer a cycle as listed: update KNOWN_CYCLES"
-        );
-    }
-}
-
 /// No file names, directly or through others, a file that names it back: each file can be
 /// read knowing only the files below it. A `mod.rs` that re-exports its children depends on
 /// them, so it defines nothing its children use.
@@ -656,7 +629,6 @@ fn no_file_level_cycle() {
     let step = |e: &Edge| format!("  src/{}:{}: {} -> src/{}", e.from, e.line, e.path, e.to);
     let found: Vec<String> = cycles(&edges)
         .into_iter()
-        .filter(|(group, _)| !KNOWN_CYCLES.iter().any(|known| known == group))
         .map(|(group, circle)| {
             let around: Vec<String> = circle.iter().map(step).collect();
             let inside: Vec<String> = edges

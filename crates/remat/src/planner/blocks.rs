@@ -1,5 +1,5 @@
 //! Chain structure in any graph view: the values that cut a step into consecutive *stages*,
-//! and what each stage costs and needs, for the chain planner (`rotor.rs`).
+//! and what each stage costs and needs, for the chain planner (`rotor/`).
 //!
 //! NOTE [stages]: node `c` *cuts* a view when every edge that crosses from `0..=c` to the
 //! nodes after it (a replay's input or a step's read) starts at `c`, every step of the later
@@ -12,11 +12,12 @@
 //! (fan-outs, several ops, a value read by a later op of the block).
 //!
 //! A stage is planned on its own *sub-view* (its nodes, the input a leaf), by the portfolio
-//! planner (`plan.rs`) at a few budgets. Each such *inner plan* is a whole schedule in the
-//! forward-pass-is-free form (`Compute`); the chain planner also runs it after the forward
-//! pass, where every value costs a replay (*rev form*): the values the plan keeps at the end
-//! of its forward part, and what they are computed from, are replayed in index order, each
-//! freed after its last use, then the plan's backward part runs unchanged.
+//! planner (`plan.rs`, passed in as a [`Planner`]) at a few budgets. Each such *inner plan*
+//! is a whole schedule in the forward-pass-is-free form (`Compute`); the chain planner also
+//! runs it after the forward pass, where every value costs a replay (*rev form*): the
+//! values the plan keeps at the end of its forward part, and what they are computed from,
+//! are replayed in index order, each freed after its last use, then the plan's backward
+//! part runs unchanged.
 //!
 //! Cost model: finding the cuts is O(n + e); each distinct stage (by structure) is planned at
 //! most [`INNER_BUDGETS`] + 1 times.
@@ -31,7 +32,19 @@ use std::sync::Arc;
 
 use super::simulate::for_each_distinct;
 use super::view::rebuildable;
-use super::{Action, GraphView, Schedule, plan, signature, simulate, smallest_budget};
+use super::{Action, Error, GraphView, Schedule, signature, simulate};
+
+/// The planner a stage's inner plans come from: the portfolio ([`plan`](super::plan) and
+/// [`smallest_budget`](super::smallest_budget)), which plans each stage of a chain with
+/// itself. It comes in as a value, so that the chain's files (these, `rotor/`, `pinned.rs`,
+/// `tuples.rs`), which the portfolio names, do not name it back.
+#[derive(Clone, Copy)]
+pub(crate) struct Planner {
+    /// A schedule of a view within a budget.
+    pub(crate) plan: fn(&GraphView, u64) -> Result<Schedule, Error>,
+    /// The smallest budget `plan` meets on a view.
+    pub(crate) smallest_budget: fn(&GraphView) -> u64,
+}
 
 /// The fewest stages a view planned as a chain has.
 const MIN_STAGES: usize = 3;
@@ -196,12 +209,12 @@ pub(crate) struct Shape {
     pub(crate) input_last: Option<usize>,
     /// Whether a step of the stage reads a value (its input or one of its own). A stage
     /// whose steps read nothing needs nothing held to step (NOTE \[rotor-skip\] in
-    /// `rotor.rs`).
+    /// `rotor/level.rs`).
     pub(crate) steps_read: bool,
     /// For each inner plan: whether the stage's input is of no more use once the plan's
     /// forward part ran (or its tape was replayed): no step of the stage reads the input
     /// and the plan's backward part replays nothing that reads it (NOTE \[rotor-owned\] in
-    /// `rotor.rs`).
+    /// `rotor/level.rs`).
     pub(crate) input_done: Vec<bool>,
     /// For each inner plan: whether it holds the boundary for its own backward part (else
     /// the stages after it may free the boundary once they have read it).
@@ -223,7 +236,7 @@ pub(crate) struct Tape {
     pub(crate) bytes: u64,
     /// The peak of `forward` with the stage's input counted and handed over to its last
     /// reader, and that reader's position in `forward.replays` (`None`: none reads it): a
-    /// sub-chain that owns its input frees it there (NOTE \[rotor-owned\] in `rotor.rs`).
+    /// sub-chain that owns its input frees it there (NOTE \[rotor-owned\] in `rotor/level.rs`).
     pub(crate) through_peak: u64,
     pub(crate) input_last: Option<usize>,
 }
@@ -337,12 +350,13 @@ impl Inner {
 }
 
 impl Shape {
-    /// The facts of the stage `sub` (see NOTE \[stages\]).
+    /// The facts of the stage `sub` (see NOTE \[stages\]), its inner plans by `planner`.
     fn new(
         sub: &GraphView,
         reads_input: &[bool],
         input_bytes: u64,
         steps_read: (bool, bool),
+        planner: Planner,
     ) -> Self {
         let (steps_read, steps_read_input) = steps_read;
         let n = sub.len();
@@ -352,10 +366,11 @@ impl Shape {
         let sweep = rev_forward(sub, &wanted);
         let sweep_through_peak = peak_with_input(sub, &sweep, input_bytes, reads_input);
         let input_last = sweep.replays.iter().rposition(|&i| reads_input[i as usize]);
-        let keep_all = plan(sub, u64::MAX).expect("remat internal error: keep-all always fits");
+        let keep_all =
+            (planner.plan)(sub, u64::MAX).expect("remat internal error: keep-all always fits");
         let mut inners = vec![Inner::new(sub, keep_all).expect("a plan passes simulate")];
         let all_bytes = inners[0].top_peak;
-        let min = smallest_budget(sub);
+        let min = (planner.smallest_budget)(sub);
         let mut budgets: Vec<u64> = (0..INNER_BUDGETS)
             .map(|k| min + (all_bytes.saturating_sub(min)) * k as u64 / INNER_BUDGETS as u64)
             .collect();
@@ -364,7 +379,7 @@ impl Shape {
             if budget >= all_bytes {
                 continue;
             }
-            if let Ok(schedule) = plan(sub, budget)
+            if let Ok(schedule) = (planner.plan)(sub, budget)
                 && let Some(inner) = Inner::new(sub, schedule)
             {
                 inners.push(inner);
@@ -431,8 +446,9 @@ pub(crate) struct Stages {
 }
 
 impl Stages {
-    /// The stages of `view`, if it has at least two (NOTE \[stages\]).
-    pub(crate) fn of(view: &GraphView) -> Option<Self> {
+    /// The stages of `view`, if it has at least two (NOTE \[stages\]), their inner plans by
+    /// `planner`.
+    pub(crate) fn of(view: &GraphView, planner: Planner) -> Option<Self> {
         let ends = cuts(view)?;
         type Id = (u64, Vec<u64>, Vec<bool>, u64, (bool, bool));
         let mut shapes: HashMap<Id, (u64, Arc<Shape>)> = HashMap::new();
@@ -470,7 +486,9 @@ impl Stages {
             let next = shapes.len() as u64;
             let (key, shape) = shapes
                 .entry(id)
-                .or_insert_with_key(|id| (next, Arc::new(Shape::new(&sub, &id.2, id.3, id.4))))
+                .or_insert_with_key(|id| {
+                    (next, Arc::new(Shape::new(&sub, &id.2, id.3, id.4, planner)))
+                })
                 .clone();
             stages.start.push(start);
             stages.end.push(end);

@@ -38,12 +38,16 @@
 //! - [`min_feasible_budget`]: the smallest budget every generator meets (NOTE
 //!   [lean-schedule] in `feasible.rs`): an upper bound on the true minimum, exact on chains;
 //!   [`smallest_budget`]: the smallest budget [`plan`] meets, which on a chain of blocks
-//!   does not grow with the chain's length (NOTE \[rotor\] in `rotor.rs`).
+//!   does not grow with the chain's length (NOTE \[rotor\] in `rotor/mod.rs`).
 //! - Chain structure: the values that cut any view into consecutive stages (`blocks.rs`,
 //!   NOTE \[stages\]), planned as a heterogeneous chain by Rotor's dynamic program over
-//!   stages whose own plans come from the portfolio (`rotor.rs`, NOTE \[rotor\]); a chain
+//!   stages whose own plans come from the portfolio (`rotor/`, NOTE \[rotor\]); a chain
 //!   that repeats is solved by block counts (NOTE \[rotor-run\]), any length in one level.
 //!   [`chain_plan`] returns that plan alone (what [`plan`] weighs against its others).
+//!   The portfolio reaches the chain's files as a value (`Planner`, in `blocks.rs`), so
+//!   that they do not name it back. A step whose forward pass ran resumes from what it
+//!   held by the chain's DP or by the whole-step plan run once more (`resume.rs`, NOTE
+//!   \[replay-plan\]).
 //! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);
 //!   [`Dtr`] (online eviction, event by event or over a whole view, and
 //!   [`Dtr::resume`] to take over a step a cached plan started); [`plan`] (planned mode for a
@@ -90,6 +94,7 @@ mod grads;
 mod mask;
 pub(crate) mod pinned;
 mod plan;
+mod resume;
 pub mod revolve;
 pub(crate) mod rotor;
 mod schedule;
@@ -111,6 +116,7 @@ pub use error::Error;
 pub use feasible::min_feasible_budget;
 pub use grads::{GradProfile, step_peak};
 pub use plan::{chain_plan, plan, smallest_budget};
+pub(crate) use resume::{chain_resume, replay_plan};
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use search::{Optimum, exact_optimum};
 pub use simulate::{HeldEvent, Outcome, simulate, simulate_traced};

@@ -28,6 +28,7 @@
 //! completing a schedule is O(actions + e).
 
 use super::analysis::Analysis;
+use super::blocks::Planner;
 use super::schedule::with_inserted;
 use super::view::rebuildable;
 use super::{Action, Forced, GraphView, Node, Schedule, rotor};
@@ -113,8 +114,9 @@ pub(crate) struct Pinned {
 }
 
 /// The pinned nodes of `view` and its reduced view, when the view has no stages of its own,
-/// some node qualifies and the reduced view has stages (NOTE \[pinned-chain\]).
-pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
+/// some node qualifies and the reduced view has stages (NOTE \[pinned-chain\]); stages'
+/// inner plans by `planner`.
+pub(crate) fn reduced(view: &GraphView, planner: Planner) -> Option<Pinned> {
     let n = view.len();
     if n < 2 * MIN_READERS {
         return None;
@@ -145,7 +147,7 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
         })
         .map(|u| u as u32)
         .collect();
-    if rotor::stages_of(view).is_some() {
+    if rotor::stages_of(view, planner).is_some() {
         return None;
     }
     let heads = heads(view);
@@ -191,8 +193,8 @@ pub(crate) fn reduced(view: &GraphView) -> Option<Pinned> {
     }
     // A reduced view cut by tuples (NOTE [tuple-cuts]) only where a head was pinned: other
     // pinned views keep the plans they had.
-    if rotor::stages_of(&reduced).is_none()
-        && (heads.is_empty() || super::tuples::tupled(&reduced).is_none())
+    if rotor::stages_of(&reduced, planner).is_none()
+        && (heads.is_empty() || super::tuples::tupled(&reduced, planner).is_none())
     {
         return None;
     }
@@ -368,34 +370,4 @@ impl Pinned {
             out.extend(freed_after[w as usize].iter().map(|&v| Action::Free(v)));
         }
     }
-}
-
-/// [`rotor::resume`] for a view with stages; for a view whose chain reads pinned values
-/// (NOTE \[pinned-chain\]), the reduced chain resumed from `held` under the budget less the
-/// pinned bytes, completed (a pinned value the forward pass did not keep is rebuilt first);
-/// for a chain that hands several values to the next, the augmented view's (NOTE
-/// \[tuple-cuts\] in `tuples.rs`). `None` when the view has none of them or nothing fits.
-pub(crate) fn chain_resume(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
-    if rotor::stages_of(view).is_some() {
-        return rotor::resume(view, held, budget);
-    }
-    let Some(pinned) = reduced(view) else {
-        // A chain that hands several values to the next (NOTE [tuple-cuts]).
-        return super::tuples::tupled(view)?.resume(view, held, budget);
-    };
-    let room = pinned.room(budget)?;
-    let rest: Vec<u32> = held
-        .iter()
-        .copied()
-        .filter(|h| pinned.nodes.binary_search(h).is_err())
-        .collect();
-    let (schedule, _) = match rotor::stages_of(&pinned.view) {
-        Some(_) => rotor::resume(&pinned.view, &rest, room)?,
-        None => super::tuples::tupled(&pinned.view)?.resume(&pinned.view, &rest, room)?,
-    };
-    let schedule = pinned.completed(view, &schedule, |p| held.contains(&p), held);
-    let cost = super::simulate(view, &schedule, budget)
-        .ok()?
-        .recompute_cost;
-    Some((schedule, cost))
 }

@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 use super::analysis::Analysis;
+use super::blocks::Planner;
 use super::exact::MAX_NODES;
 use super::exec::runs::{self, Run};
 use super::exec::{self, Hints, Strategy, Work};
@@ -107,6 +108,13 @@ const SEARCH_STARTS: usize = 4;
 
 /// When no single change helps, the search pairs this many of the best single changes.
 const PAIRED: usize = 6;
+
+/// This planner as a value, for the files of a chain below it (`blocks.rs`, `rotor/`,
+/// `pinned.rs`, `tuples.rs`): it plans each stage of a chain with itself.
+pub(crate) const PORTFOLIO: Planner = Planner {
+    plan,
+    smallest_budget,
+};
 
 /// A near-optimal schedule for `view` under `budget_bytes`; see the module docs.
 ///
@@ -260,16 +268,16 @@ pub(crate) fn plan_with(
             best.consider(schedule);
         }
     }
-    // A chain of stages (NOTE [rotor] in `rotor.rs`): the heterogeneous chain's optimum.
+    // A chain of stages (NOTE [rotor] in `rotor/mod.rs`): the heterogeneous chain's optimum.
     // On a large view it goes first (the portfolio's runs are then abandoned once they cost
     // more); on a smaller one it goes last, when the portfolio's best still replays.
     // A chain whose blocks also read a value computed before them (NOTE [pinned-chain] in
     // `pinned.rs`) is planned as the chain without those reads, the value held throughout.
-    let pinned = pinned::reduced(view);
+    let pinned = pinned::reduced(view, PORTFOLIO);
     // A chain whose blocks hand several values to the next (an LSTM's (h, c)) is planned
     // with each hand-over made one value (NOTE [tuple-cuts] in `tuples.rs`).
     let tupled = if pinned.is_none() {
-        tuples::tupled(view)
+        tuples::tupled(view, PORTFOLIO)
     } else {
         None
     };
@@ -430,7 +438,7 @@ pub(crate) fn plan_with(
     }
 }
 
-/// The chain's plan (NOTE \[rotor\] in `rotor.rs`), when the view has stages: the DP's
+/// The chain's plan (NOTE \[rotor\] in `rotor/mod.rs`), when the view has stages: the DP's
 /// schedule, or near the smallest budget (where the DP's units round the room away) the
 /// lean chain schedule. A view with `pinned` values (NOTE \[pinned-chain\]) gets the plan
 /// of its reduced chain, completed.
@@ -449,7 +457,7 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
         }
         return;
     }
-    if rotor::stages_of(view).is_none()
+    if rotor::stages_of(view, PORTFOLIO).is_none()
         && let Some(pinned) = chain.pinned
     {
         // The reduced view has stages: its whole portfolio, the chain's plan among it (near
@@ -472,7 +480,7 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
         }
         return;
     }
-    let Some(stages) = rotor::stages_of(view) else {
+    let Some(stages) = rotor::stages_of(view, PORTFOLIO) else {
         return;
     };
     best.work.runs += 1;
@@ -490,7 +498,7 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
 /// fits, else the lean chain schedule's where the room allows it.
 fn pinned_plan(view: &GraphView, pinned: &Pinned, budget: u64) -> Option<Schedule> {
     let room = pinned.room(budget)?;
-    let stages = rotor::stages_of(&pinned.view)?;
+    let stages = rotor::stages_of(&pinned.view, PORTFOLIO)?;
     let complete = |schedule: &Schedule| pinned.completed(view, schedule, |_| true, &[]);
     if let Some(schedule) = chain_dp(&pinned.view, &stages, room).map(|s| complete(&s))
         && simulate(view, &schedule, budget).is_ok()
@@ -506,7 +514,7 @@ fn chain_dp(view: &GraphView, stages: &super::blocks::Stages, budget: u64) -> Op
     rotor::Rotor::new(view, stages, budget)?.schedule()
 }
 
-/// The plan of the view's chain of stages alone (NOTE \[rotor\] in `rotor.rs`): Rotor's
+/// The plan of the view's chain of stages alone (NOTE \[rotor\] in `rotor/mod.rs`): Rotor's
 /// dynamic program over the stages (each stage run by its inner plans, taped, or split at
 /// a kept boundary), or near the chain's smallest budget, where the DP's memory units round
 /// the room away, the lean chain schedule. `None` when the view is not a chain of stages or
@@ -519,8 +527,8 @@ fn chain_dp(view: &GraphView, stages: &super::blocks::Stages, budget: u64) -> Op
 /// A view whose chain's blocks also read a value computed before them (NOTE
 /// \[pinned-chain\] in `pinned.rs`) gets its reduced chain's plan, completed.
 pub fn chain_plan(view: &GraphView, budget: u64) -> Option<Schedule> {
-    let Some(stages) = rotor::stages_of(view) else {
-        return pinned_plan(view, pinned::reduced(view).as_ref()?, budget);
+    let Some(stages) = rotor::stages_of(view, PORTFOLIO) else {
+        return pinned_plan(view, pinned::reduced(view, PORTFOLIO).as_ref()?, budget);
     };
     if let Some(schedule) = chain_dp(view, &stages, budget)
         && simulate(view, &schedule, budget).is_ok()
@@ -546,14 +554,14 @@ fn tight_chain(view: &GraphView, chain: &Chain<'_>, tier: &Tier, budget: u64) ->
     if tier.search_runs > 0 {
         return false;
     }
-    let smallest = if let Some(stages) = rotor::stages_of(view) {
+    let smallest = if let Some(stages) = rotor::stages_of(view, PORTFOLIO) {
         rotor::min_budget(view, &stages)
     } else if let Some(pinned) = chain.pinned
-        && let Some(stages) = rotor::stages_of(&pinned.view)
+        && let Some(stages) = rotor::stages_of(&pinned.view, PORTFOLIO)
     {
         pinned.bytes + rotor::min_budget(&pinned.view, &stages)
     } else if let Some(tupled) = chain.tupled
-        && let Some(stages) = rotor::stages_of(&tupled.view)
+        && let Some(stages) = rotor::stages_of(&tupled.view, PORTFOLIO)
     {
         rotor::min_budget(&tupled.view, &stages)
     } else {
@@ -781,12 +789,12 @@ fn search(
 /// \[pinned-chain\] in `pinned.rs`) has the pinned bytes plus the reduced chain's smallest.
 pub fn smallest_budget(view: &GraphView) -> u64 {
     let lean = min_feasible_budget(view);
-    if let Some(stages) = super::rotor::stages_of(view) {
+    if let Some(stages) = super::rotor::stages_of(view, PORTFOLIO) {
         return lean.min(super::rotor::min_budget(view, &stages));
     }
     // A reduced view cut by tuples only (NOTE [pinned-heads]) has no such guarantee.
-    match super::pinned::reduced(view)
-        .and_then(|pinned| Some((super::rotor::stages_of(&pinned.view)?, pinned)))
+    match super::pinned::reduced(view, PORTFOLIO)
+        .and_then(|pinned| Some((super::rotor::stages_of(&pinned.view, PORTFOLIO)?, pinned)))
     {
         Some((stages, pinned)) => {
             lean.min(pinned.bytes + super::rotor::min_budget(&pinned.view, &stages))

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::error::mib;
+use super::plan::PORTFOLIO;
 use super::{
     GradProfile, GraphView, plan, recompute_lower_bound, simulate, smallest_budget, step_peak,
 };
@@ -100,12 +101,11 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
     // passes are left out, as the chain's DP prices them before any schedule is made.
     // A chain that reads pinned values (NOTE [pinned-chain] in `pinned.rs`) is priced on
     // its reduced view, with the pinned bytes taken from the budget.
-    let reduced = super::pinned::reduced(view);
-    let chain = match (super::rotor::stages_of(view), &reduced) {
+    let reduced = super::pinned::reduced(view, PORTFOLIO);
+    let chain = match (super::rotor::stages_of(view, PORTFOLIO), &reduced) {
         (Some(stages), _) => Some((view, stages, 0)),
-        (None, Some(pinned)) => {
-            super::rotor::stages_of(&pinned.view).map(|stages| (&pinned.view, stages, pinned.bytes))
-        }
+        (None, Some(pinned)) => super::rotor::stages_of(&pinned.view, PORTFOLIO)
+            .map(|stages| (&pinned.view, stages, pinned.bytes)),
         (None, None) => None,
     };
     let rows = budgets

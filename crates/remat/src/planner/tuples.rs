@@ -42,6 +42,7 @@
 
 use std::collections::BTreeSet;
 
+use super::blocks::Planner;
 use super::schedule::with_inserted;
 use super::view::rebuildable;
 use super::{Action, GraphView, Node, Schedule, rotor};
@@ -73,10 +74,10 @@ pub(crate) struct Tupled {
 
 /// The augmented view of `view` (NOTE \[tuple-cuts\]), when `view` has no stages of its
 /// own, at least [`MIN_TUPLES`] hand-overs of two to [`MAX_MEMBERS`] values, and the
-/// augmented view has stages.
-pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
+/// augmented view has stages; stages' inner plans by `planner`.
+pub(crate) fn tupled(view: &GraphView, planner: Planner) -> Option<Tupled> {
     let n = view.len();
-    if n < 8 || rotor::stages_of(view).is_some() {
+    if n < 8 || rotor::stages_of(view, planner).is_some() {
         return None;
     }
     let nodes = view.nodes();
@@ -255,7 +256,7 @@ pub(crate) fn tupled(view: &GraphView) -> Option<Tupled> {
         }
     }
     let augmented = GraphView::with_step_order(aug, aug_order).ok()?;
-    rotor::stages_of(&augmented)?;
+    rotor::stages_of(&augmented, planner)?;
     Some(Tupled {
         view: augmented,
         real,
@@ -288,10 +289,11 @@ impl Tupled {
         view: &GraphView,
         held: &[u32],
         budget: u64,
+        planner: Planner,
     ) -> Option<(Schedule, f64)> {
         let room = budget.checked_sub(self.moved_fixed)?;
         let held: Vec<u32> = held.iter().map(|&h| self.index[h as usize]).collect();
-        let (schedule, _) = rotor::resume(&self.view, &held, room)?;
+        let (schedule, _) = rotor::resume(&self.view, &held, room, planner)?;
         let schedule = self.translated(view.len(), &schedule);
         let cost = super::simulate(view, &schedule, budget)
             .ok()?

@@ -549,13 +549,13 @@ pub(crate) fn plan_pass(
     let online = |held: &[u32]| -> Result<Chunks, planner::Error> {
         // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
         // this state; the online plan is abandoned once it replays more.
-        // NOTE [rotor] in `planner/rotor.rs`: on a long chain of blocks, the chain's DP from
+        // NOTE [rotor] in `planner/rotor/mod.rs`: on a long chain of blocks, the chain's DP from
         // this state with the held values dropped, when it replays less (on a short one the
         // online plan is near it, and the DP's tables would be planner memory held beside
         // every kept value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
         let resumed = planner::revolve::resume(&view, held, budget);
         let chain = (view.len() > planner::rotor::LONG_CHAIN)
-            .then(|| planner::pinned::chain_resume(&view, held, budget))
+            .then(|| planner::chain_resume(&view, held, budget))
             .flatten();
         let resumed = match (resumed, chain) {
             (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
@@ -600,10 +600,10 @@ pub(crate) fn plan_pass(
             // From the lean state, the cheapest of: a chain of blocks (NOTE [rotor]: its
             // smallest budget does not grow with the chain's length, the online eviction's
             // does), the whole-step plan run once more (NOTE [replay-plan] in
-            // `planner/rotor.rs`), and online eviction, abandoned once it replays more.
+            // `planner/resume.rs`), and online eviction, abandoned once it replays more.
             let planned = [
-                planner::pinned::chain_resume(&view, &pinned, budget),
-                planner::rotor::replay_plan(&view, &pinned, budget),
+                planner::chain_resume(&view, &pinned, budget),
+                planner::replay_plan(&view, &pinned, budget),
             ]
             .into_iter()
             .flatten()
@@ -624,8 +624,8 @@ pub(crate) fn plan_pass(
                 // does, by bisection (planning only: nothing runs).
                 let works = |b: u64| {
                     attempt_under(b, &pinned).is_ok()
-                        || planner::pinned::chain_resume(&view, &pinned, b).is_some()
-                        || planner::rotor::replay_plan(&view, &pinned, b).is_some()
+                        || planner::chain_resume(&view, &pinned, b).is_some()
+                        || planner::replay_plan(&view, &pinned, b).is_some()
                 };
                 let mut low = planner::smallest_budget(&view).max(budget);
                 let mut high = view

@@ -4,6 +4,7 @@
 
 use super::{chain, keep_all};
 use crate::planner::blocks::{Stages, cuts};
+use crate::planner::plan::PORTFOLIO;
 use crate::planner::rotor::{Rotor, min_budget};
 use crate::planner::{GraphView, Node, chain_plan, plan, revolve, simulate, smallest_budget};
 
@@ -77,7 +78,7 @@ fn a_chain_of_blocks_plans_within_every_budget() {
 #[test]
 fn grouped_levels_plan_within_10_percent_of_one_level() {
     let view = power_iteration(100);
-    let stages = Stages::of(&view).unwrap();
+    let stages = Stages::of(&view, PORTFOLIO).unwrap();
     assert_eq!(stages.len(), 201);
     let smallest = min_budget(&view, &stages);
     for slots in [1u64, 2, 4, 8, 16, 40] {
@@ -104,7 +105,7 @@ fn grouped_levels_plan_within_10_percent_of_one_level() {
 fn on_a_uniform_chain_the_dp_is_revolve_s_closed_form() {
     for n in [10u32, 40, 97] {
         let view = chain(n, 1, 1.0);
-        let stages = Stages::of(&view).unwrap();
+        let stages = Stages::of(&view, PORTFOLIO).unwrap();
         for slots in 1..6u64 {
             let rotor = Rotor::with_group(&view, &stages, slots, usize::MAX, true).unwrap();
             let optimum = revolve::replays(n as u64, slots).unwrap();
@@ -127,7 +128,7 @@ fn recorded_models_at_low_budgets() {
         let forward = view.forward_cost();
         let all = keep_all(&view);
         let smallest = smallest_budget(&view);
-        let stages = Stages::of(&view);
+        let stages = Stages::of(&view, PORTFOLIO);
         eprintln!(
             "{name}: {} stages, smallest {:.3} of keep-all (lean schedule {:.3})",
             stages.as_ref().map_or(0, |s| s.len()),
@@ -362,7 +363,7 @@ fn random_block_chains_against_the_exact_optimum() {
         let view = loop {
             let blocks = 2 + rng.below(3) as usize;
             let v = random_block_chain(&mut rng, blocks, 4);
-            if v.len() <= 13 && Stages::of(&v).is_some() {
+            if v.len() <= 13 && Stages::of(&v, PORTFOLIO).is_some() {
                 break v;
             }
         };
@@ -374,7 +375,7 @@ fn random_block_chains_against_the_exact_optimum() {
             let planned = simulate(&view, &plan(&view, budget).unwrap(), budget).unwrap();
             assert!(planned.recompute_cost <= optimum + 1e-9, "{view}");
             // The DP's schedule, where it has one, costs what the DP says.
-            let stages = Stages::of(&view).unwrap();
+            let stages = Stages::of(&view, PORTFOLIO).unwrap();
             if let Some(rotor) = Rotor::new(&view, &stages, budget)
                 && let Some(schedule) = rotor.schedule()
             {
@@ -455,7 +456,7 @@ fn mlp_chain(blocks: u32) -> GraphView {
 #[test]
 fn a_long_chain_of_stages_that_free_their_inputs_plans_near_one_level() {
     let view = mlp_chain(50);
-    let stages = Stages::of(&view).unwrap();
+    let stages = Stages::of(&view, PORTFOLIO).unwrap();
     assert_eq!(stages.len(), 150);
     let smallest = smallest_budget(&view);
     for slots in [1u64, 2, 4, 8, 16] {
@@ -502,7 +503,7 @@ fn a_chain_of_two_levels_plans_within_10_percent_of_one_level() {
         return;
     }
     let view = mlp_chain(100);
-    let stages = Stages::of(&view).unwrap();
+    let stages = Stages::of(&view, PORTFOLIO).unwrap();
     let smallest = smallest_budget(&view);
     for slots in [2u64, 3, 4] {
         let budget = smallest + slots * MLP_VALUE;
@@ -528,7 +529,7 @@ fn a_chain_of_two_levels_plans_within_10_percent_of_one_level() {
 fn a_chain_of_three_levels_keeps_checkpoints_at_its_root() {
     for (blocks, slots, passes) in [(1000, 1u64, 43.5), (1000, 2, 16.0), (4000, 1, 93.0)] {
         let view = mlp_chain(blocks);
-        let stages = Stages::of(&view).unwrap();
+        let stages = Stages::of(&view, PORTFOLIO).unwrap();
         let smallest = smallest_budget(&view);
         let budget = smallest + slots * MLP_VALUE;
         // The schedule costs what the DP says (owned groups, cuts from the root down).
@@ -633,8 +634,8 @@ fn a_pinned_chain_plans_every_budget_and_resumes_from_the_lean_state() {
         last = outcome.recompute_cost;
     }
     assert_eq!(last, 0.0, "keep-all replays nothing");
-    let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], smallest)
-        .expect("resumes from the lean state");
+    let (schedule, cost) =
+        crate::planner::chain_resume(&view, &[], smallest).expect("resumes from the lean state");
     let outcome = simulate(&view, &schedule, smallest).expect("valid");
     assert_eq!(outcome.recompute_cost, cost);
     let actions = schedule.actions();
@@ -707,7 +708,8 @@ fn two_value_chain(n: u32) -> GraphView {
 fn a_chain_that_hands_two_values_to_each_step_is_planned_by_tuples() {
     let view = two_value_chain(200);
     assert!(cuts(&view).is_none(), "(h, c) cross every boundary");
-    let tupled = crate::planner::tuples::tupled(&view).expect("the hand-overs are tuples");
+    let tupled =
+        crate::planner::tuples::tupled(&view, PORTFOLIO).expect("the hand-overs are tuples");
     assert!(
         cuts(&tupled.view).is_some(),
         "the augmented view has stages"
@@ -735,7 +737,7 @@ fn a_chain_that_hands_two_values_to_each_step_is_planned_by_tuples() {
 #[test]
 fn burn_s_lstm_is_planned_by_its_tuples_below_a_sixth_of_its_bytes() {
     let view: GraphView = include_str!("views/lstm32.view").parse().unwrap();
-    assert!(crate::planner::tuples::tupled(&view).is_some());
+    assert!(crate::planner::tuples::tupled(&view, PORTFOLIO).is_some());
     let keep_all = keep_all(&view);
     let forward = view.forward_cost();
     for (percent, passes) in [(11, 20.0), (13, 4.0), (15, 2.5)] {
@@ -751,15 +753,15 @@ fn burn_s_lstm_is_planned_by_its_tuples_below_a_sixth_of_its_bytes() {
 }
 
 /// NOTE [tuple-cuts]: the engine's first step, which resumes from what its forward pass
-/// kept (`pinned::chain_resume`), resumes the Lstm by its tuples' chain from the lean state
+/// kept (`chain_resume`), resumes the Lstm by its tuples' chain from the lean state
 /// within the budget.
 #[test]
 fn burn_s_lstm_resumes_by_its_tuples() {
     let view: GraphView = include_str!("views/lstm32.view").parse().unwrap();
     let keep_all = keep_all(&view);
     let budget = keep_all * 13 / 100;
-    let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], budget)
-        .expect("resumes from the lean state");
+    let (schedule, cost) =
+        crate::planner::chain_resume(&view, &[], budget).expect("resumes from the lean state");
     let outcome = simulate(&view, &schedule, budget).expect("valid");
     assert_eq!(outcome.recompute_cost, cost);
     assert!(cost <= 10.0 * view.forward_cost(), "{cost}");
@@ -805,7 +807,7 @@ fn a_gru_s_stacked_output_is_rebuilt_from_the_lean_state_within_the_budget() {
     let forward = view.forward_cost();
     for percent in [60, 50] {
         let budget = keep_all * percent / 100;
-        let (schedule, cost) = crate::planner::pinned::chain_resume(&view, &[], budget)
+        let (schedule, cost) = crate::planner::chain_resume(&view, &[], budget)
             .unwrap_or_else(|| panic!("{percent}%: no chain plan from the lean state"));
         let outcome = simulate(&view, &schedule, budget).expect("valid within the budget");
         assert_eq!(outcome.recompute_cost, cost);
