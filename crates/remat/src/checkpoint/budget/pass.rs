@@ -555,9 +555,10 @@ pub(crate) fn plan_pass(
                     None,
                 )
             }
-            Err(error) => {
-                panic!("remat internal error: a pass's planner failed otherwise than too small: {error}")
-            }
+            Err(error) => panic!(
+                "remat internal error: the planner failed a pass otherwise than as too small: \
+                 {error}"
+            ),
         }
     });
     // View indices map back to positions in `order` as each chunk is carried out.
