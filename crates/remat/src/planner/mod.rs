@@ -47,7 +47,10 @@
 //!   The portfolio reaches the chain's files as a value (`Planner`, in `blocks.rs`), so
 //!   that they do not name it back. A step whose forward pass ran resumes from what it
 //!   held by the chain's DP or by the whole-step plan run once more (`resume.rs`, NOTE
-//!   \[replay-plan\]).
+//!   \[replay-plan\]); `plan_backward` (`backward.rs`, above `resume.rs`) chooses how the
+//!   engine's backward pass runs when it follows no plan: the cheapest of those, Revolve
+//!   and a resumed [`Dtr`], from the state the forward pass left or from the lean state,
+//!   and otherwise the smallest budget that works.
 //! - Generators: [`from_decisions`] (today's engine for per-node decisions, no budget);
 //!   [`Dtr`] (online eviction, event by event or over a whole view, and
 //!   [`Dtr::resume`] to take over a step a cached plan started); [`plan`] (planned mode for a
@@ -80,6 +83,7 @@
 //!   512 runs below; Revolve is O(n + replays).
 
 mod analysis;
+mod backward;
 mod blocks;
 mod bound;
 mod cache;
@@ -107,6 +111,7 @@ mod view;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use backward::{BackwardPlan, OnlineSteps, online_steps, plan_backward};
 pub use bound::recompute_lower_bound;
 pub(crate) use cache::recorded_as_renumbered;
 pub use cache::{CachedPlan, PlanCache, SignatureHasher, recorded_as, same_structure, signature};
@@ -116,7 +121,6 @@ pub use error::Error;
 pub use feasible::min_feasible_budget;
 pub use grads::{GradProfile, step_peak};
 pub use plan::{chain_plan, plan, smallest_budget};
-pub(crate) use resume::{chain_resume, replay_plan};
 pub use schedule::{Action, Schedule, ScheduleIndex};
 pub use search::{Optimum, exact_optimum};
 pub use simulate::{HeldEvent, Outcome, simulate, simulate_traced};

@@ -1,9 +1,11 @@
 //! Planning one backward pass under a budget (NOTE \[budget\]), before any of its steps
 //! runs: [`plan_pass`] describes the pass's nodes to the planner as they stand (a
-//! [`GraphView`]), drops held values nothing of the pass reads, and takes the first plan
-//! that fits: the cached plan the step followed, an online [`Dtr`] resumed on the current
-//! state (or Revolve/Rotor on a chain when they replay less), then the same from the lean
-//! state; a graph that still cannot fit panics, naming the smallest budget it runs with.
+//! [`GraphView`]), drops held values nothing of the pass reads, and takes the cached plan
+//! the step followed, if it still applies; otherwise the planner chooses
+//! ([`planner::plan_backward`]: an online plan resumed on the current state, or one from the
+//! lean state, whose values this file drops as it asks), and a graph that still cannot fit
+//! panics, naming the smallest budget it runs with. The planner's answer becomes the
+//! pass's actions cut per node of the order ([`PassActions`]).
 //!
 //! # Invariants
 //! - Planning runs no op: a budget too small panics before any step or replay.
@@ -23,7 +25,7 @@ use super::session::{SESSION, compact_thread_session};
 use super::state::{LAST_BUDGET, PLANS, Side, bytes_of, estimate, ran_last};
 use crate::checkpoint::cost;
 use crate::graph::{GraphNode, NodeId, ScheduleEntry};
-use crate::planner::{self, Action, Dtr, GraphView, ScheduleIndex};
+use crate::planner::{self, Action, BackwardPlan, GraphView, ScheduleIndex};
 
 /// The budget of a backward pass: the smallest of the budgets its nodes were recorded
 /// under; `None` when no node was recorded under one.
@@ -203,17 +205,6 @@ fn split_sides(nodes: &mut Vec<planner::Node>, sides: &[Side]) -> Option<Vec<pla
 // entries are now split in place: the pass takes the list, and the session keeps the side
 // ops' nodes beside the pass's view (`Entries::after_pass`), which is all its compaction
 // reads (the pass's own nodes are claimed, so none of them is kept).
-
-/// The replay time of `actions`' `Replay`s, at the nodes' costs.
-fn replay_cost(nodes: &[planner::Node], actions: &[Action]) -> f64 {
-    actions
-        .iter()
-        .filter_map(|a| match *a {
-            Action::Replay(v) => Some(nodes[v as usize].cost),
-            _ => None,
-        })
-        .sum()
-}
 
 /// What a pass keeps of each node it claimed (NOTE \[pass-facts\]).
 struct Facts {
@@ -478,28 +469,13 @@ pub(crate) fn plan_pass(
     // whose backward runs later, say) hold bytes the whole time: the pass plans within what
     // they leave. When that is too little, the values of theirs that can be rebuilt go
     // first (their own passes rebuild them).
-    let attempt_within = |budget: u64, held: &[u32], limit: f64| {
-        attempt_plan(
-            &view,
-            &step_order,
-            &entries,
-            order.len(),
-            budget,
-            held,
-            limit,
-        )
-    };
-    let attempt_under = |budget: u64, held: &[u32]| -> Result<Chunks, planner::Error> {
-        let plan = attempt_within(budget, held, f64::INFINITY)?;
-        Ok(plan.expect("a plan without a limit is never abandoned"))
-    };
     let mut outside = outside_bytes(|id| index(id).is_some(), false);
     let mut room = budget.saturating_sub(outside);
     // The online plan within what they leave, made once: it also says whether that is enough.
     let mut within_outside = None;
     if outside > 0 {
-        match attempt_under(room, &held) {
-            Ok(per_node) => within_outside = Some(per_node),
+        match planner::online_steps(&view, &held, room) {
+            Ok(steps) => within_outside = Some(steps),
             Err(_) => {
                 outside = outside_bytes(|id| index(id).is_some(), true);
                 room = budget.saturating_sub(outside);
@@ -546,120 +522,45 @@ pub(crate) fn plan_pass(
                 false,
             )
         });
-    let online = |held: &[u32]| -> Result<Chunks, planner::Error> {
-        // NOTE [resume-chain] in `planner/revolve.rs`: on a chain, Revolve per segment from
-        // this state; the online plan is abandoned once it replays more.
-        // NOTE [rotor] in `planner/rotor/mod.rs`: on a long chain of blocks, the chain's DP from
-        // this state with the held values dropped, when it replays less (on a short one the
-        // online plan is near it, and the DP's tables would be planner memory held beside
-        // every kept value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
-        let resumed = planner::revolve::resume(&view, held, budget);
-        let chain = (view.len() > planner::rotor::LONG_CHAIN)
-            .then(|| planner::chain_resume(&view, held, budget))
-            .flatten();
-        let resumed = match (resumed, chain) {
-            (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
-            (r, c) => r.or(c),
-        };
-        let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-        let attempt = match within_outside {
-            // Made above for this state and this budget, without a limit.
-            Some(per_node) => Ok((per_node.replay_cost(nodes) <= limit).then_some(per_node)),
-            None => attempt_within(budget, held, limit),
-        };
-        let schedule = match (attempt, resumed) {
-            (Ok(Some(per_node)), _) => return Ok(per_node),
-            (Err(error), None) => return Err(error),
-            (Ok(None), None) => unreachable!("only a limit abandons a plan"),
-            (_, Some((schedule, _))) => schedule,
-        };
-        let index = schedule.index();
-        Ok(backward_chunks(
-            Arc::new(schedule),
-            &index,
-            &entries,
-            order.len(),
-            true,
-        ))
-    };
-    let per_node = match followed.map_or_else(|| online(&held), Ok) {
-        Ok(per_node) => per_node,
-        Err(_) => {
-            // The forward pass left a state the backward pass cannot continue from within
-            // the budget: drop every value that can be rebuilt (the lean state, from which
-            // any budget at or above the planner's smallest one works) and plan again.
-            let mut pinned = Vec::new();
-            for &v in &held {
-                let entry = &entries[by_id[v as usize]];
-                if entry.replayable {
-                    held_bytes -= order[entry.pos].scheduled_free();
-                } else {
-                    pinned.push(v);
-                }
-            }
-            // From the lean state, the cheapest of: a chain of blocks (NOTE [rotor]: its
-            // smallest budget does not grow with the chain's length, the online eviction's
-            // does), the whole-step plan run once more (NOTE [replay-plan] in
-            // `planner/resume.rs`), and online eviction, abandoned once it replays more.
-            let planned = [
-                planner::chain_resume(&view, &pinned, budget),
-                planner::replay_plan(&view, &pinned, budget),
-            ]
-            .into_iter()
-            .flatten()
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-            let limit = planned.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-            let chunks = |schedule: planner::Schedule| {
+    // Otherwise the planner chooses from the state the forward pass left, or from the lean
+    // state, whose rebuildable values are dropped here as it asks (before it plans from
+    // there).
+    let per_node = followed.unwrap_or_else(|| {
+        let planned = planner::plan_backward(
+            &view,
+            &held,
+            budget,
+            within_outside,
+            |v| entries[by_id[v as usize]].replayable,
+            |v| held_bytes -= order[entries[by_id[v as usize]].pos].scheduled_free(),
+        );
+        match planned {
+            Ok(BackwardPlan::Online(steps)) => step_chunks(steps, &entries, order.len()),
+            Ok(BackwardPlan::Whole(schedule)) => {
                 let index = schedule.index();
                 backward_chunks(Arc::new(schedule), &index, &entries, order.len(), true)
-            };
-            match attempt_within(budget, &pinned, limit) {
-                Ok(Some(per_node)) => Ok(per_node),
-                Ok(None) => Ok(chunks(planned.expect("a limit comes from a plan").0)),
-                Err(error) => planned.map(|(schedule, _)| chunks(schedule)).ok_or(error),
             }
-            .unwrap_or_else(|_| {
-                // Name a budget this engine runs from the lean state: the planner's smallest
-                // (a guarantee for its own schedules) if that works, else the smallest that
-                // does, by bisection (planning only: nothing runs).
-                let works = |b: u64| {
-                    attempt_under(b, &pinned).is_ok()
-                        || planner::chain_resume(&view, &pinned, b).is_some()
-                        || planner::replay_plan(&view, &pinned, b).is_some()
-                };
-                let mut low = planner::smallest_budget(&view).max(budget);
-                let mut high = view
-                    .nodes()
-                    .iter()
-                    .map(|n| n.bytes + n.fixed_bytes)
-                    .sum::<u64>()
-                    .max(low);
-                if works(low) {
-                    high = low;
-                } else {
-                    while high - low > 1 {
-                        let mid = low.midpoint(high);
-                        if works(mid) {
-                            high = mid;
-                        } else {
-                            low = mid;
-                        }
-                    }
-                }
+            Err(planner::Error::Infeasible {
+                min_budget_bytes, ..
+            }) => {
                 // NOTE [stopped-view]: the next step plans ahead from this graph.
                 ran_last(view.clone(), sides.clone(), side_read, true, None);
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {
                         budget_bytes: full_budget,
-                        min_budget_bytes: high + outside,
+                        min_budget_bytes: min_budget_bytes + outside,
                         lower_bound: false,
                     },
                     None,
                 )
-            })
+            }
+            Err(error) => panic!(
+                "remat internal error: the planner failed a pass otherwise than as too small: \
+                 {error}"
+            ),
         }
-    };
+    });
     // View indices map back to positions in `order` as each chunk is carried out.
     let position: Vec<u32> = by_id.iter().map(|&k| entries[k].pos as u32).collect();
     let per_node = PassActions {
@@ -719,21 +620,6 @@ pub(crate) struct Chunks {
     ranges: Vec<Range<u32>>,
 }
 
-impl Chunks {
-    /// The replays' cost, by `nodes`' costs.
-    fn replay_cost(&self, nodes: &[planner::Node]) -> f64 {
-        self.ranges
-            .iter()
-            .map(|r| {
-                replay_cost(
-                    nodes,
-                    &self.actions.actions()[r.start as usize..r.end as usize],
-                )
-            })
-            .sum()
-    }
-}
-
 /// A planned pass's actions (see [`plan_pass`]).
 pub(crate) struct PassActions {
     chunks: Chunks,
@@ -786,43 +672,26 @@ fn backward_chunks(
     }
 }
 
-/// The planner's actions for a pass (see [`plan_pass`]): for each position of the order
-/// (`len` of them), what to carry out before finishing that node; abandoned (`Ok(None)`)
-/// once its replays cost more than `limit`.
-fn attempt_plan(
-    view: &GraphView,
-    step_order: &[u32],
-    entries: &[Facts],
-    len: usize,
-    budget: u64,
-    held: &[u32],
-    limit: f64,
-) -> Result<Option<Chunks>, planner::Error> {
-    // Over the view's nodes, not a copy of them (0.9 MB of the first step's peak on Burn's
-    // `Lstm`, 128 steps: the step's own heap was 6.1 MB), and its backward over the view
-    // itself (NOTE [resume-view] in `planner/exec/backward.rs`).
-    let mut dtr = Dtr::resume_over_view(budget, view, held)?;
-    let nodes = view.nodes();
-    let mut ranges: Vec<Range<u32>> = vec![0..0; len];
-    let mut actions = dtr.begin_backward(step_order.to_vec())?.to_vec();
-    let mut start = 0;
-    let mut replayed = replay_cost(nodes, &actions);
-    for Facts { pos, .. } in entries {
-        let step = dtr.on_step()?;
-        replayed += replay_cost(nodes, step);
-        if replayed > limit {
-            return Ok(None);
-        }
-        actions.extend_from_slice(step);
-        let end = u32::try_from(actions.len())
-            .expect("remat internal error: a pass of more than u32::MAX actions");
-        ranges[*pos] = start..end;
-        start = end;
+/// Online eviction's actions for a pass, a range per step, as the pass's chunks: each
+/// step's range moved to the step's position in the order (`entries`, `len` positions), in
+/// place.
+fn step_chunks(steps: planner::OnlineSteps, entries: &[Facts], len: usize) -> Chunks {
+    let planner::OnlineSteps {
+        actions,
+        mut ranges,
+    } = steps;
+    ranges.reserve_exact(len - ranges.len());
+    ranges.resize(len, 0..0);
+    // From the last step: a step's position is at or after its index in the step order, and
+    // before the next step's position.
+    for (k, Facts { pos, .. }) in entries.iter().enumerate().rev() {
+        let range = std::mem::replace(&mut ranges[k], 0..0);
+        ranges[*pos] = range;
     }
-    Ok(Some(Chunks {
-        actions: Arc::new(planner::Schedule::new(actions)),
+    Chunks {
+        actions: Arc::new(actions),
         ranges,
-    }))
+    }
 }
 
 /// The bytes held by this thread's live graphs recorded under a budget, outside the pass
@@ -935,25 +804,5 @@ mod tests {
         let before = reads_side.clone();
         assert!(split_sides(&mut reads_side, &sides).is_none());
         assert_eq!(reads_side, before);
-    }
-
-    #[test]
-    fn replay_cost_counts_replays_only() {
-        let nodes = [
-            planner::Node::new("a", 8, 10.0),
-            planner::Node::new("b", 8, 100.0),
-            planner::Node::new("c", 8, 1000.0),
-        ];
-        let actions = [
-            Action::Replay(0),
-            Action::Free(2),
-            Action::Replay(1),
-            Action::Step(2),
-            Action::Replay(0),
-            Action::Keep(2),
-            Action::Compute(2),
-        ];
-        assert_eq!(replay_cost(&nodes, &actions), 120.0);
-        assert_eq!(replay_cost(&nodes, &[]), 0.0);
     }
 }

@@ -634,8 +634,8 @@ fn a_pinned_chain_plans_every_budget_and_resumes_from_the_lean_state() {
         last = outcome.recompute_cost;
     }
     assert_eq!(last, 0.0, "keep-all replays nothing");
-    let (schedule, cost) =
-        crate::planner::chain_resume(&view, &[], smallest).expect("resumes from the lean state");
+    let (schedule, cost) = crate::planner::resume::chain_resume(&view, &[], smallest)
+        .expect("resumes from the lean state");
     let outcome = simulate(&view, &schedule, smallest).expect("valid");
     assert_eq!(outcome.recompute_cost, cost);
     let actions = schedule.actions();
@@ -760,8 +760,8 @@ fn burn_s_lstm_resumes_by_its_tuples() {
     let view: GraphView = include_str!("views/lstm32.view").parse().unwrap();
     let keep_all = keep_all(&view);
     let budget = keep_all * 13 / 100;
-    let (schedule, cost) =
-        crate::planner::chain_resume(&view, &[], budget).expect("resumes from the lean state");
+    let (schedule, cost) = crate::planner::resume::chain_resume(&view, &[], budget)
+        .expect("resumes from the lean state");
     let outcome = simulate(&view, &schedule, budget).expect("valid");
     assert_eq!(outcome.recompute_cost, cost);
     assert!(cost <= 10.0 * view.forward_cost(), "{cost}");
@@ -807,7 +807,7 @@ fn a_gru_s_stacked_output_is_rebuilt_from_the_lean_state_within_the_budget() {
     let forward = view.forward_cost();
     for percent in [60, 50] {
         let budget = keep_all * percent / 100;
-        let (schedule, cost) = crate::planner::chain_resume(&view, &[], budget)
+        let (schedule, cost) = crate::planner::resume::chain_resume(&view, &[], budget)
             .unwrap_or_else(|| panic!("{percent}%: no chain plan from the lean state"));
         let outcome = simulate(&view, &schedule, budget).expect("valid within the budget");
         assert_eq!(outcome.recompute_cost, cost);

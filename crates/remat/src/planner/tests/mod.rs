@@ -1,6 +1,7 @@
 //! Planner tests: hand-made graphs with exact expected numbers, property tests over random
 //! DAGs, Revolve's closed form and an exact solver. No tensors.
 
+mod backward;
 mod chains;
 mod generators;
 mod optimality;

@@ -1,0 +1,293 @@
+//! How a backward pass runs from the state its forward pass left, when it follows no plan
+//! (the engine's first step under a budget, run online, or a step that departed from its
+//! plan): [`plan_backward`] weighs the planner's ways of resuming on a [`GraphView`] whose
+//! values `held` are held, and names the smallest budget that works when none fits. This is
+//! the choice, not the running: the engine (`checkpoint/budget/pass.rs`) builds the view,
+//! drops what it is told to and carries the result out; the plan it followed, when it did,
+//! is the engine's (its plan cache) and is not weighed here. Not the executor's backward
+//! pass (`exec/backward.rs`), which every generator runs.
+//!
+//! The choice, in order:
+//! - **Online**: Revolve per segment on a chain (NOTE \[resume-chain\] in `revolve.rs`), the
+//!   chain's DP on a long chain of blocks ([`chain_resume`], over [`LONG_CHAIN`] ops: NOTE
+//!   \[rotor\] in `rotor/mod.rs`), and online eviction resumed over the view ([`Dtr`]),
+//!   abandoned once it replays more than the best of the others; the cheapest wins.
+//! - **The lean state**, when nothing fits online: every held value that can be rebuilt is
+//!   dropped, then the cheapest of the chain's DP, the whole-step plan run once more
+//!   ([`replay_plan`], NOTE \[replay-plan\] in `resume.rs`) and the online eviction (again
+//!   abandoned past the others' cost).
+//! - **Too small**: the smallest budget that works from the lean state, by bisection
+//!   (planning only), in the error.
+//!
+//! # Invariants
+//! - Nothing here sees a tensor: values are view indices, and dropping one is the engine's
+//!   business (the `drop` callback of [`plan_backward`]).
+//! - Every plan returned starts from the state it was given: the held values, or the lean
+//!   state once the engine was told to drop the others.
+
+use std::ops::Range;
+
+use super::resume::{chain_resume, replay_plan};
+use super::rotor::LONG_CHAIN;
+use super::{Action, Dtr, Error, GraphView, Node, Schedule, revolve, smallest_budget};
+
+/// Online eviction resumed over a pass ([`online_steps`]): its actions, and for each step
+/// of the view's step order the range of them to carry out before finishing that step (the
+/// first range starts with the drops of [`Dtr::begin_backward`]). Every action lies in one
+/// range, in order.
+pub(crate) struct OnlineSteps {
+    /// The whole backward pass's actions.
+    pub(crate) actions: Schedule,
+    /// Per step, in step order, a range of `actions`.
+    pub(crate) ranges: Vec<Range<u32>>,
+}
+
+impl OnlineSteps {
+    /// The replays' cost at `nodes`' costs, summed step by step.
+    pub(crate) fn replay_cost(&self, nodes: &[Node]) -> f64 {
+        self.ranges
+            .iter()
+            .map(|r| {
+                replay_cost(
+                    nodes,
+                    &self.actions.actions()[r.start as usize..r.end as usize],
+                )
+            })
+            .sum()
+    }
+}
+
+/// How a backward pass runs ([`plan_backward`]).
+pub(crate) enum BackwardPlan {
+    /// Online eviction's actions, a range per step.
+    Online(OnlineSteps),
+    /// A whole-step schedule (a forward pass that keeps the state resumed from, then the
+    /// backward), resumed after its forward pass ran: the engine carries out its backward
+    /// part, cut per step by [`Schedule::index`], the drops right after its last forward op
+    /// included.
+    Whole(Schedule),
+}
+
+/// The replay time of `actions`' `Replay`s, at the nodes' costs.
+fn replay_cost(nodes: &[Node], actions: &[Action]) -> f64 {
+    actions
+        .iter()
+        .filter_map(|a| match *a {
+            Action::Replay(v) => Some(nodes[v as usize].cost),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Online eviction ([`Dtr`]) resumed over `view` with `held` held, under `budget`: its
+/// actions, step by step, for the whole backward pass. The engine makes it once, for the
+/// room other graphs leave, before its own plan is looked at, and hands it to
+/// [`plan_backward`] as `made`.
+///
+/// # Errors
+/// As [`Dtr::resume_over`], [`Dtr::begin_backward`] and [`Dtr::on_step`].
+pub(crate) fn online_steps(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+) -> Result<OnlineSteps, Error> {
+    let steps = online_within(view, held, budget, f64::INFINITY)?;
+    Ok(steps.expect("a plan without a limit is never abandoned"))
+}
+
+/// [`online_steps`], abandoned (`Ok(None)`) once its replays cost more than `limit`.
+fn online_within(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+    limit: f64,
+) -> Result<Option<OnlineSteps>, Error> {
+    // Over the view's nodes, not a copy of them (0.9 MB of the first step's peak on Burn's
+    // `Lstm`, 128 steps: the step's own heap was 6.1 MB), and its backward over the view
+    // itself (NOTE [resume-view] in `exec/backward.rs`).
+    let mut dtr = Dtr::resume_over_view(budget, view, held)?;
+    let nodes = view.nodes();
+    let steps = view.step_order().len();
+    let mut ranges: Vec<Range<u32>> = Vec::with_capacity(steps);
+    let mut actions = dtr.begin_backward(view.step_order().to_vec())?.to_vec();
+    let mut start = 0;
+    let mut replayed = replay_cost(nodes, &actions);
+    for _ in 0..steps {
+        let step = dtr.on_step()?;
+        replayed += replay_cost(nodes, step);
+        if replayed > limit {
+            return Ok(None);
+        }
+        actions.extend_from_slice(step);
+        let end = u32::try_from(actions.len())
+            .expect("remat internal error: a pass of more than u32::MAX actions");
+        ranges.push(start..end);
+        start = end;
+    }
+    Ok(Some(OnlineSteps {
+        actions: Schedule::new(actions),
+        ranges,
+    }))
+}
+
+/// How the backward pass over `view` runs under `budget`, its forward pass having left
+/// `held` held (see the module docs for the order of the choice). `made`: the online
+/// eviction already made for this state and budget ([`online_steps`]), weighed in place of
+/// making it again. `rebuildable`: whether the engine can drop a held value and rebuild it.
+///
+/// When nothing fits from the held state, the plan is made from the lean state: `drop` is
+/// called once for each held value that `rebuildable` accepts, in `held`'s order, before
+/// the planner plans from there, so that the engine frees those values before the lean
+/// plans are made beside them; the plan returned then holds only the others.
+///
+/// # Errors
+/// [`Error::Infeasible`] when no plan fits, even from the lean state: its
+/// `min_budget_bytes` is the smallest budget with which this function plans from the lean
+/// state (the planner's [`smallest_budget`] where that works, else found by bisection),
+/// never below `budget`.
+pub(crate) fn plan_backward(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+    made: Option<OnlineSteps>,
+    rebuildable: impl Fn(u32) -> bool,
+    mut drop: impl FnMut(u32),
+) -> Result<BackwardPlan, Error> {
+    if let Ok(plan) = online(view, held, budget, made) {
+        return Ok(plan);
+    }
+    // The forward pass left a state the backward pass cannot continue from within the
+    // budget: drop every value that can be rebuilt (the lean state, from which any budget
+    // at or above the planner's smallest one works) and plan again.
+    let mut pinned = Vec::new();
+    for &v in held {
+        if rebuildable(v) {
+            drop(v);
+        } else {
+            pinned.push(v);
+        }
+    }
+    if let Some(plan) = lean(view, &pinned, budget) {
+        return Ok(plan);
+    }
+    Err(Error::Infeasible {
+        budget_bytes: budget,
+        min_budget_bytes: smallest_lean_budget(view, &pinned, budget),
+        lower_bound: false,
+    })
+}
+
+/// The cheapest plan from the held state: Revolve or the chain's DP, and online eviction
+/// abandoned once it replays more than they do.
+fn online(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+    made: Option<OnlineSteps>,
+) -> Result<BackwardPlan, Error> {
+    // NOTE [resume-chain] in `revolve.rs`: on a chain, Revolve per segment from this
+    // state; the online plan is abandoned once it replays more.
+    // NOTE [rotor] in `rotor/mod.rs`: on a long chain of blocks, the chain's DP from this
+    // state with the held values dropped, when it replays less (on a short one the online
+    // plan is near it, and the DP's tables would be planner memory held beside every kept
+    // value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
+    let resumed = revolve::resume(view, held, budget);
+    let chain = (view.len() > LONG_CHAIN)
+        .then(|| chain_resume(view, held, budget))
+        .flatten();
+    let resumed = match (resumed, chain) {
+        (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
+        (r, c) => r.or(c),
+    };
+    let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
+    let attempt = match made {
+        // Made for this state and this budget, without a limit.
+        Some(steps) => Ok((steps.replay_cost(view.nodes()) <= limit).then_some(steps)),
+        None => online_within(view, held, budget, limit),
+    };
+    match (attempt, resumed) {
+        (Ok(Some(steps)), _) => Ok(BackwardPlan::Online(steps)),
+        (Err(error), None) => Err(error),
+        (Ok(None), None) => unreachable!("only a limit abandons a plan"),
+        (_, Some((schedule, _))) => Ok(BackwardPlan::Whole(schedule)),
+    }
+}
+
+/// The cheapest plan from the lean state (`pinned` held, every other value dropped): a
+/// chain of blocks (NOTE \[rotor\]: its smallest budget does not grow with the chain's
+/// length, the online eviction's does), the whole-step plan run once more (NOTE
+/// \[replay-plan\] in `resume.rs`), and online eviction, abandoned once it replays more.
+/// `None` when none fits.
+fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
+    let planned = [
+        chain_resume(view, pinned, budget),
+        replay_plan(view, pinned, budget),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by(|a, b| a.1.total_cmp(&b.1));
+    let limit = planned.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
+    match online_within(view, pinned, budget, limit) {
+        Ok(Some(steps)) => Some(BackwardPlan::Online(steps)),
+        Ok(None) => Some(BackwardPlan::Whole(
+            planned.expect("a limit comes from a plan").0,
+        )),
+        Err(_) => planned.map(|(schedule, _)| BackwardPlan::Whole(schedule)),
+    }
+}
+
+/// The smallest budget, at least `budget`, with which one of [`lean`]'s plans fits from the
+/// lean state (`pinned` held): the planner's smallest (a guarantee for its own schedules)
+/// if that works, else the smallest that does, by bisection (planning only: nothing runs).
+fn smallest_lean_budget(view: &GraphView, pinned: &[u32], budget: u64) -> u64 {
+    let works = |b: u64| {
+        online_steps(view, pinned, b).is_ok()
+            || chain_resume(view, pinned, b).is_some()
+            || replay_plan(view, pinned, b).is_some()
+    };
+    let mut low = smallest_budget(view).max(budget);
+    let mut high = view
+        .nodes()
+        .iter()
+        .map(|n| n.bytes + n.fixed_bytes)
+        .sum::<u64>()
+        .max(low);
+    if works(low) {
+        high = low;
+    } else {
+        while high - low > 1 {
+            let mid = low.midpoint(high);
+            if works(mid) {
+                high = mid;
+            } else {
+                low = mid;
+            }
+        }
+    }
+    high
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_cost_counts_replays_only() {
+        let nodes = [
+            Node::new("a", 8, 10.0),
+            Node::new("b", 8, 100.0),
+            Node::new("c", 8, 1000.0),
+        ];
+        let actions = [
+            Action::Replay(0),
+            Action::Free(2),
+            Action::Replay(1),
+            Action::Step(2),
+            Action::Replay(0),
+            Action::Keep(2),
+            Action::Compute(2),
+        ];
+        assert_eq!(replay_cost(&nodes, &actions), 120.0);
+        assert_eq!(replay_cost(&nodes, &[]), 0.0);
+    }
+}
