@@ -12,9 +12,11 @@
 //!   replay reads is retained, so any value it kept may be evicted later.
 //! - **Backward** (planned before any step runs): the pass builds a
 //!   [`GraphView`](crate::planner::GraphView) of the nodes it claimed, as they stand (held
-//!   or not, bytes, measured forward times, what each replay and step reads), resumes a
-//!   [`Dtr`] on it, and collects the whole pass's actions: a budget the graph cannot fit
-//!   panics before any step runs, naming the smallest budget that works. The pass then
+//!   or not, bytes, measured forward times, what each replay and step reads), follows the
+//!   plan the step followed or asks the planner how to resume
+//!   ([`plan_backward`](crate::planner::backward::plan_backward): online eviction, Revolve,
+//!   the chain's DP, the lean state), and collects the whole pass's actions: a budget the
+//!   graph cannot fit panics before any step runs, naming the smallest budget that works. The pass then
 //!   carries the actions out: `Replay` rebuilds a value from held inputs, `Free` drops one
 //!   (still rebuildable while its op can replay), `Step` runs a backward step whose reads
 //!   the schedule holds. The nodes are marked `scheduled`: reads hand out clones and never
@@ -43,7 +45,8 @@
 //!   ([`on_record`], [`reserve`]), online or following a cached plan, and what it
 //!   dropped ([`dropped`]).
 //! - `pass.rs`: planning one backward pass before any step runs ([`plan_pass`]): its view,
-//!   the plan the step followed or an online one, the lean retry, the smallest budget.
+//!   the plan the step followed or the planner's choice (`planner::plan_backward`), cut
+//!   into the pass's actions.
 //! - `carry.rs`: carrying the pass's actions out node by node ([`carry_out`]), and what
 //!   follows a pass ([`after_pass`]: the plan for the next steps, the view kept).
 //! - `report.rs`: what users read: [`tradeoff`], [`check_budget`] and [`BudgetError`], and
