@@ -1299,6 +1299,14 @@ fn peak_ratio(e: Option<&EngineRun>, save_all: Option<&EngineRun>) -> String {
 /// The `Policy::Budget` section of `RESULTS.md`.
 fn budget_markdown(results: &Results, ratios: &[Ratio], s: &mut String) {
     if results.runs.iter().all(|r| r.budget.is_none()) {
+        // A run with `--no-budget` (the main page since the budget curves have pages of
+        // their own): say where they are.
+        let _ = writeln!(
+            s,
+            "\n## Budget curves (`Policy::Budget`)\n\nNot run here (`--no-budget`). The Flex curves are in \
+             `budget/RESULTS.md` (`--only budget`), the LSTM's in `lstm/RESULTS.md` and wgpu's in \
+             `wgpu/RESULTS.md`, each in 3 processes."
+        );
         return;
     }
     let _ = writeln!(s, "\n## Budget curves (`Policy::Budget`)\n");
@@ -2004,6 +2012,15 @@ mod tests {
             step_peaks_off(&run).is_empty(),
             "on wgpu: the device's pools"
         );
+    }
+
+    /// A run without budget points (`--no-budget`) says where the budget curves are.
+    #[test]
+    fn a_page_without_budget_points_names_the_budget_pages() {
+        let mut page = String::new();
+        budget_markdown(&results(&[10.0], &[10.0], 100), &[], &mut page);
+        assert!(page.contains("Not run here (`--no-budget`)"), "{page}");
+        assert!(page.contains("`budget/RESULTS.md`"), "{page}");
     }
 
     /// Joined processes: each engine's rounds side by side, a time ratio the median of the
