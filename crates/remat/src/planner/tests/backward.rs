@@ -171,6 +171,44 @@ fn a_budget_too_small_names_one_that_plans() {
     );
 }
 
+/// Where the engine cannot drop what the forward pass kept (its values are not rebuildable
+/// by the engine, whatever the view says), the lean state holds them all, and the planner's
+/// smallest budget, made for a whole step from nothing held, does not plan from there: the
+/// budget named is found by bisection, plans, and one byte less does not.
+#[test]
+fn a_budget_too_small_for_what_cannot_be_dropped_is_found_by_bisection() {
+    let view = chain(20, false);
+    let held = every(20, 5);
+    let plan_at = |budget: u64| {
+        let mut dropped = Vec::new();
+        let plan = plan_backward(&view, &held, budget, None, |_| false, |v| dropped.push(v));
+        assert!(dropped.is_empty(), "nothing is dropped: {dropped:?}");
+        plan
+    };
+    let smallest = smallest_budget(&view);
+    let Err(Error::Infeasible {
+        min_budget_bytes: min,
+        lower_bound: false,
+        ..
+    }) = plan_at(smallest)
+    else {
+        panic!("planned at the planner's smallest budget, {smallest}, with 4 values held");
+    };
+    assert!(
+        min > smallest && min >= 4 * 8,
+        "named {min}: above the planner's smallest ({smallest}), at least what is held (32)"
+    );
+    let plan =
+        plan_at(min).unwrap_or_else(|e| panic!("the budget named, {min}, does not plan: {e}"));
+    let outcome = simulate(&view, &whole_step(&view, &held, &plan), min).unwrap();
+    assert!(outcome.peak_bytes <= min);
+    assert!(
+        matches!(plan_at(min - 1), Err(Error::Infeasible { min_budget_bytes, .. }) if min_budget_bytes == min),
+        "{} bytes planned, or named another budget",
+        min - 1
+    );
+}
+
 /// NOTE [resume-chain] in `revolve.rs`: online eviction is abandoned once it replays more
 /// than Revolve's resumed schedule, which is then run; where it replays less, its steps
 /// are run. A Dtr made beforehand (the engine's, for the room other graphs leave) is
