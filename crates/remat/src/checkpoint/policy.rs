@@ -534,7 +534,9 @@ pub(crate) fn place(
     balanced: bool,
     output_bytes: &mut dyn FnMut() -> u64,
 ) -> (Placement, bool) {
-    let (region, answer) = CONTEXT.with(|cx| {
+    // One borrow of the thread's context: the region, the scoped answer and the scoped
+    // budget.
+    let (region, answer, scoped_budget) = CONTEXT.with(|cx| {
         let cx = cx.borrow();
         // NOTE [regions]: the outermost open region: a value stays rebuildable until every
         // region it was recorded in has closed, so nested regions nest (an inner region's
@@ -548,7 +550,7 @@ pub(crate) fn place(
         } else {
             cx.scoped.last().map(|scoped| scoped.answer(op))
         };
-        (region, answer)
+        (region, answer, cx.scoped.last().map(Policy::budget_bytes))
     });
     let answer = answer.or_else(|| process_answer(op)).unwrap_or_else(|| {
         if balanced {
@@ -560,7 +562,6 @@ pub(crate) fn place(
     // NOTE [budget]: every op recorded while a budget is the thread's policy (innermost
     // scope, else process-wide) is planned by it, replayable or not; inside a region the
     // region only forces the op to be rebuilt (a hint to the budget, not a second policy).
-    let scoped_budget = CONTEXT.with(|cx| cx.borrow().scoped.last().map(Policy::budget_bytes));
     let budget = scoped_budget
         .unwrap_or_else(process_budget)
         .map_or(0, super::budget::intern);
