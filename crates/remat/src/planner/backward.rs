@@ -33,7 +33,7 @@ use super::{Action, Dtr, Error, GraphView, Node, Schedule, revolve, smallest_bud
 
 /// Online eviction resumed over a pass ([`online_steps`]): its actions, and for each step
 /// of the view's step order the range of them to carry out before finishing that step (the
-/// first range starts with the drops of [`Dtr::begin_backward`]). Every action lies in one
+/// first range starts with the drops of [`Dtr::begin_backward_over_view`]). Every action lies in one
 /// range, in order.
 pub(crate) struct OnlineSteps {
     /// The whole backward pass's actions.
@@ -109,7 +109,7 @@ fn online_within(
     let nodes = view.nodes();
     let steps = view.step_order().len();
     let mut ranges: Vec<Range<u32>> = Vec::with_capacity(steps);
-    let mut actions = dtr.begin_backward(view.step_order().to_vec())?.to_vec();
+    let mut actions = dtr.begin_backward_over_view().to_vec();
     let mut start = 0;
     let mut replayed = replay_cost(nodes, &actions);
     for _ in 0..steps {

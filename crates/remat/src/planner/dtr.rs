@@ -87,7 +87,7 @@ impl<'a> Dtr<'a> {
     }
 
     /// [`Dtr::resume_over`] the whole graph, `view`: its backward pass
-    /// ([`Dtr::begin_backward`], given the view's step order) reads the view as it is,
+    /// ([`Dtr::begin_backward_over_view`]) reads the view as it is,
     /// where a resumed prefix is copied into a view of its own (NOTE \[resume-view\] in
     /// `exec/backward.rs`).
     ///
@@ -189,6 +189,14 @@ impl<'a> Dtr<'a> {
         self.mark = self.exec.actions().len();
         self.exec.begin_backward(step_order)?;
         Ok(&self.exec.actions()[self.mark..])
+    }
+
+    /// [`Dtr::begin_backward`] for a `Dtr` resumed over a whole view
+    /// ([`Dtr::resume_over_view`]): the view's own step order.
+    pub(crate) fn begin_backward_over_view(&mut self) -> &[Action] {
+        self.mark = self.exec.actions().len();
+        self.exec.begin_backward_over_view();
+        &self.exec.actions()[self.mark..]
     }
 
     /// Runs the next backward step: returns the replays and drops that make room and bring

@@ -67,7 +67,7 @@ pub(crate) fn run_within(
             return Ok(Run::Abandoned(exec.work()));
         }
     }
-    exec.begin_backward(view.step_order().to_vec())?;
+    exec.begin_backward_over_view();
     for _ in 0..view.len() {
         exec.step()?;
         if exec.recompute_cost() > limit {

@@ -45,7 +45,7 @@ fn checked_run(
         exec.compute(j)?;
         check(&mut exec, format!("after op {j}"));
     }
-    exec.begin_backward(view.step_order().to_vec())?;
+    exec.begin_backward_over_view();
     check(&mut exec, "at backward start".into());
     for p in 0..view.len() {
         exec.step()?;
