@@ -400,7 +400,11 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
 /// `entries.rs`); its planned steps 0.90-1.02x (FIXME [tape-bytes]).
 /// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at a
 /// quarter of K, the first step's peak (planned ahead from the half-of-K steps' view) is
-/// within a tenth of SaveAll's of the planned steps'; at half of K, the graph's first step
+/// within 0.15 of SaveAll's of the planned steps' (measured on 32 steps: 0.05 at most until
+/// the planned steps' own bookkeeping shrank, NOTE [shared-constants] in `remat`'s
+/// `graph/node.rs` and NOTE [session-ids] in `budget/session.rs`, by more than the first
+/// step's, whose peak is the planner's tables: the `Lstm` on every output 0.71x and 0.67x
+/// before, 0.70x and 0.56x after); at half of K, the graph's first step
 /// is within 0.6 of it (measured: at most 0.50); every step has SaveAll's gradients, within
 /// the budget.
 #[test]
@@ -443,7 +447,7 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
             runs[0].replays, runs[2].replays
         );
         // The graph's first step under any budget runs online (FIXME [tape-bytes]).
-        let over = if percent == 50 { 0.6 } else { 0.1 };
+        let over = if percent == 50 { 0.6 } else { 0.15 };
         assert!(
             first <= planned + over,
             "{model:?} at {percent}% of K: the first step under the budget peaked at \
@@ -516,16 +520,18 @@ fn lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input() {
 }
 
 /// FIXME [tape-bytes] in ARCHITECTURE.md: on 4 KiB values (issue 34's own `Lstm`: batch 16,
-/// input 16, hidden 64) the step's heap cannot meet issue 34's rule (`b + 1.1 (P - K + G) +
-/// 256 KiB`) at a tenth of K under any schedule: what the step holds beyond remat's held
-/// values once its forward pass ends (the graph's records of its ops, the budget session's,
-/// the values' metadata), which no schedule drops, passes the rule by itself. Measured
-/// (debug, 128 steps, a quarter of K, the third step): 2.52 MB beyond the values, against a
-/// rule of 1.60 MB at a tenth of K and 2.42 MB at a quarter; SaveAll's K is 5.51 MB, of which
-/// 1.71 MB is not held values. When this fails, the records have shrunk below the rule: the
-/// budget can then be held to it, and ARCHITECTURE.md's FIXME [tape-bytes] updated.
+/// input 16, hidden 64, 128 steps) what a step holds beyond remat's held values once its
+/// forward pass ends (the graph's records of its ops, the budget session's, the values'
+/// metadata), which no schedule drops, is about as much as issue 34's rule (`b + 1.1 (P - K +
+/// G) + 256 KiB`) allows at a tenth of K by itself. Under a budget it was 2.52 MB (debug, a
+/// quarter of K, the third step) against SaveAll's 1.71 MB: each edge to a leaf or constant
+/// held its own boxed handle, the session kept a hash map from id to index, and debug builds
+/// boxed each evicted value's shape. Now 1.66 MB against SaveAll's 1.62 MB (NOTE
+/// [shared-constants] in `remat`'s `graph/node.rs`, NOTE [session-ids] in
+/// `budget/session.rs`), with the rule at 1.59 MB at a tenth of K and 2.40 MB at a quarter.
+/// Asserted: the budget step holds at most 1.05x SaveAll's bytes beyond its values.
 #[test]
-fn the_graph_s_own_bytes_pass_issue_34_s_rule_at_a_tenth_of_k_on_4_kib_values() {
+fn a_budget_step_holds_save_all_s_bookkeeping_on_4_kib_values() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     one_measured_thread();
     let seq = 128;
@@ -555,10 +561,10 @@ fn the_graph_s_own_bytes_pass_issue_34_s_rule_at_a_tenth_of_k_on_4_kib_values() 
         rule(0.25)
     );
     assert!(
-        own > rule(0.1),
-        "FIXME [tape-bytes] fixed? What the step holds beyond its values ({own} bytes) is now \
-         within issue 34's rule at a tenth of K ({:.0}): hold the budget to the rule",
-        rule(0.1)
+        own <= 1.05 * save_all.own as f64,
+        "a step under a quarter of K holds {own} bytes beyond its held values after its \
+         forward pass, SaveAll's {}",
+        save_all.own
     );
 }
 

@@ -357,59 +357,6 @@ impl Ticket {
     }
 }
 
-// NOTE [shared-constants]: an untracked tensor read by many recorded ops (a frozen weight,
-// a mask, a rotary table, the matrix of a recurrence) is one buffer, however many edges
-// hold a handle to it. Its edges share one ticket, keyed by the tensor's id (a clone carries
-// its original's id), so `stats` counts it once while any edge holds it; the first edge to
-// hold it *owns* the charge, and the budget's model charges its bytes to that op alone
-// (`Kept::charged_bytes` in `graph/node.rs`). Before, each reader was charged: a recurrence
-// of 100 steps reading an 80 KB constant was charged 16 MB for 80 KB.
-
-thread_local! {
-    /// The shared tickets of this thread's constants by tensor id (NOTE [shared-constants]),
-    /// and the size the table had after its last sweep of dead entries.
-    static SHARED: core::cell::RefCell<(std::collections::HashMap<u64, std::sync::Weak<Ticket>>, usize)> =
-        core::cell::RefCell::new((std::collections::HashMap::new(), 0));
-}
-
-impl Ticket {
-    /// The ticket of the value of tensor `key`, shared with every other holder of it on this
-    /// thread, and whether this call created it (the holder that owns the charge; NOTE
-    /// [shared-constants]).
-    pub(crate) fn shared<B: BackendTypes>(
-        value: &FloatTensor<B>,
-        reason: KeepReason,
-        op: &'static str,
-        key: u64,
-    ) -> (Arc<Ticket>, bool) {
-        let found = SHARED
-            .try_with(|shared| {
-                shared
-                    .borrow()
-                    .0
-                    .get(&key)
-                    .and_then(std::sync::Weak::upgrade)
-            })
-            .ok()
-            .flatten();
-        if let Some(ticket) = found {
-            return (ticket, false);
-        }
-        let ticket = Arc::new(Self::keep::<B>(value, reason, op));
-        let _ = SHARED.try_with(|shared| {
-            let mut shared = shared.borrow_mut();
-            let (table, swept) = &mut *shared;
-            table.insert(key, Arc::downgrade(&ticket));
-            // Dead entries go when the table doubles since the last sweep: amortised O(1).
-            if table.len() >= (2 * *swept).max(64) {
-                table.retain(|_, t| t.strong_count() > 0);
-                *swept = table.len();
-            }
-        });
-        (ticket, true)
-    }
-}
-
 impl Drop for Ticket {
     fn drop(&mut self) {
         let entry = self.shard.values().remove(self.slot);

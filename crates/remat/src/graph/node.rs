@@ -104,29 +104,44 @@ pub(crate) struct Input<B: BackendTypes> {
     pub(crate) held: Option<Kept<B>>,
 }
 
+/// The constants (untracked inputs) held on `edges`, each record once (an op may read one
+/// constant twice).
+fn constants<B: BackendTypes>(edges: &[Input<B>]) -> impl Iterator<Item = &Kept<B>> {
+    fn held<B: BackendTypes>(input: &Input<B>) -> Option<&Kept<B>> {
+        input.held.as_ref().filter(|_| input.node.is_none())
+    }
+    edges.iter().enumerate().filter_map(move |(i, input)| {
+        let kept = held(input)?;
+        (!edges[..i]
+            .iter()
+            .filter_map(held)
+            .any(|earlier| earlier.same(kept)))
+        .then_some(kept)
+    })
+}
+
 /// Bytes of the constants (untracked inputs) held on `edges` that the budget's model charges
-/// to their op (NOTE [shared-constants] in `counters.rs`).
-pub(crate) fn charged_constants<B: BackendTypes>(edges: &[Input<B>]) -> u64 {
-    edges
-        .iter()
-        .filter(|input| input.node.is_none())
-        .filter_map(|input| input.held.as_ref().map(Kept::charged_bytes))
+/// to their op, `holder` (NOTE [shared-constants]).
+pub(crate) fn charged_constants<B: BackendTypes>(edges: &[Input<B>], holder: NodeId) -> u64 {
+    constants(edges)
+        .map(|kept| kept.charged_bytes(holder))
         .sum()
 }
 
-/// The constants on `edges` whose buffer other holders share (NOTE [shared-constants]):
-/// each as (its shared ticket's address, its bytes, whether this edge carries the charge).
+/// The constants on `edges`, held by the op `holder`, whose buffer other ops may share (NOTE
+/// [shared-constants]): each as (its record's address, its bytes, whether `holder` carries
+/// the charge).
 pub(crate) fn shared_constants<B: BackendTypes>(
     edges: &[Input<B>],
+    holder: NodeId,
 ) -> SmallVec<[(usize, u64, bool); 1]> {
-    edges
-        .iter()
-        .filter(|input| input.node.is_none())
-        .filter_map(|input| input.held.as_ref())
+    constants(edges)
         .filter_map(|kept| match &kept.0.ticket {
-            Held::Shared { _ticket, owner } => {
-                Some((Arc::as_ptr(_ticket) as usize, kept.bytes(), *owner))
-            }
+            Held::Shared(shared) => Some((
+                Arc::as_ptr(&kept.0) as usize,
+                kept.bytes(),
+                shared.owned_by(holder),
+            )),
             Held::Own(_) | Held::Fill(_) => None,
         })
         .collect()
@@ -153,8 +168,10 @@ pub(crate) enum Fill {
 /// A value kept for backward; it is counted in [`stats`] (and listed by
 /// `saved_values()`) while it lives.
 ///
-/// Boxed: most nodes and edges keep nothing, and an empty `Option<Kept>` is one word.
-pub(crate) struct Kept<B: BackendTypes>(Box<KeptValue<B>>);
+/// One pointer: most nodes and edges keep nothing, and an empty `Option<Kept>` is one word.
+/// Behind an `Arc` so that the edges holding one leaf or constant share one record (NOTE
+/// [shared-constants]); a node's own value is the `Arc`'s only holder.
+pub(crate) struct Kept<B: BackendTypes>(Arc<KeptValue<B>>);
 
 struct KeptValue<B: BackendTypes> {
     /// `None` once taken, and for a fill (which holds no buffer).
@@ -162,18 +179,31 @@ struct KeptValue<B: BackendTypes> {
     ticket: Held<B>,
 }
 
-/// How a kept value is counted: on its own, or as one of the holders of a shared buffer
-/// (NOTE [shared-constants] in `counters.rs`); or not at all, for a fill constant
-/// kept as its recipe (NOTE [fill-constants] in `tensor.rs`).
+/// How a kept value is counted: on its own, or once for all the edges that share it (NOTE
+/// [shared-constants]); or not at all, for a fill constant kept as its recipe (NOTE
+/// [fill-constants] in `tensor.rs`).
 enum Held<B: BackendTypes> {
     Own(#[allow(dead_code)] counters::Ticket),
-    Shared {
-        _ticket: Arc<counters::Ticket>,
-        /// This holder carries the buffer's charge in the budget's model.
-        owner: bool,
-    },
-    /// Boxed: the other variants stay two words.
+    /// Boxed (one box per shared buffer, not per edge): the variants stay two words.
+    Shared(Box<SharedHeld>),
+    /// Boxed: the other variants stay small.
     Fill(Box<FillRecipe<B>>),
+}
+
+/// How a record that edges share is counted (NOTE [shared-constants]).
+struct SharedHeld {
+    _ticket: counters::Ticket,
+    /// The id of the op that carries the buffer's charge in the budget's model: the first to
+    /// hold it, which claims it once its node has an id ([`Kept::claim`]); 0 until then.
+    owner: std::sync::atomic::AtomicU64,
+    /// Takes the record out of this thread's table when it goes.
+    _entry: SharedEntry,
+}
+
+impl SharedHeld {
+    fn owned_by(&self, holder: NodeId) -> bool {
+        self.owner.load(std::sync::atomic::Ordering::Relaxed) == holder.value
+    }
 }
 
 /// What makes a fill constant again, bit for bit (NOTE [fill-constants]).
@@ -184,32 +214,55 @@ struct FillRecipe<B: BackendTypes> {
     device: B::Device,
 }
 
+// NOTE [shared-constants]: an untracked tensor read by many recorded ops (a frozen weight, a
+// mask, a rotary table, the matrix of a recurrence) is one buffer, and so is a leaf (a
+// parameter read at every step of a recurrence), however many edges hold it. The edges that
+// hold one tensor on a thread share one record, keyed by the tensor's id (a clone carries
+// its original's id, a leaf's is its node's): one handle, one ticket, so `stats` counts it
+// once while any edge holds it. The first op to hold it *owns* the charge, and the budget's
+// model charges its bytes to that op alone (`Kept::charged_bytes`). Before, each reader was
+// charged (a recurrence of 100 steps reading an 80 KB constant was charged 16 MB for 80 KB);
+// and until each edge shared the record, each held its own boxed handle (144 bytes on Flex):
+// on Burn's `Lstm` of 128 steps under a budget, 2,565 of them, 0.37 MB of a step's heap that
+// no budget counts (docs/BUDGET.md).
+
+/// A shared record, type-erased for the thread's table (one table serves every backend).
+type AnyKept = dyn std::any::Any + Send + Sync;
+
+thread_local! {
+    /// This thread's shared records by tensor id (NOTE [shared-constants]); a record takes
+    /// its entry out when it goes ([`SharedEntry`]).
+    static SHARED: core::cell::RefCell<std::collections::HashMap<u64, std::sync::Weak<AnyKept>>> =
+        core::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The key of a shared record in its thread's table: dropped with the record, it removes the
+/// entry (when the record goes on another thread, that thread has no such entry, and the
+/// dead one left behind is replaced by the next record of the key or goes with the thread).
+struct SharedEntry(u64);
+
+impl Drop for SharedEntry {
+    fn drop(&mut self) {
+        let _ = SHARED.try_with(|shared| {
+            let mut shared = shared.borrow_mut();
+            if shared
+                .get(&self.0)
+                .is_some_and(|weak| weak.strong_count() == 0)
+            {
+                shared.remove(&self.0);
+            }
+        });
+    }
+}
+
 impl<B: BackendTypes> Kept<B> {
     /// Keeps `value` for `reason`; `op` names the op it belongs to (its producer, or the
     /// consumer that holds it on an edge).
     pub(crate) fn new(value: FloatTensor<B>, reason: KeepReason, op: &'static str) -> Self {
         let ticket = counters::Ticket::keep::<B>(&value, reason, op);
-        Self(Box::new(KeptValue {
+        Self(Arc::new(KeptValue {
             value: Some(value),
             ticket: Held::Own(ticket),
-        }))
-    }
-
-    /// Keeps `value`, the value of tensor `key`, counted once with every other holder of it
-    /// on this thread (NOTE [shared-constants]).
-    pub(crate) fn shared(
-        value: FloatTensor<B>,
-        reason: KeepReason,
-        op: &'static str,
-        key: u64,
-    ) -> Self {
-        let (ticket, owner) = counters::Ticket::shared::<B>(&value, reason, op, key);
-        Self(Box::new(KeptValue {
-            value: Some(value),
-            ticket: Held::Shared {
-                _ticket: ticket,
-                owner,
-            },
         }))
     }
 
@@ -218,7 +271,7 @@ impl<B: BackendTypes> Kept<B> {
     /// the value again.
     pub(crate) fn fill(fill: Fill, like: &FloatTensor<B>) -> Self {
         use burn_backend::TensorMetadata;
-        Self(Box::new(KeptValue {
+        Self(Arc::new(KeptValue {
             value: None,
             ticket: Held::Fill(Box::new(FillRecipe {
                 fill,
@@ -229,14 +282,34 @@ impl<B: BackendTypes> Kept<B> {
         }))
     }
 
-    /// The bytes the budget's model charges to this holder: the value's, unless another
-    /// holder of the same buffer carries them (NOTE [shared-constants]), or nothing for a
-    /// fill's recipe (NOTE [fill-constants]).
-    pub(crate) fn charged_bytes(&self) -> u64 {
+    /// The bytes the budget's model charges to the op `holder` for this value, which its
+    /// edge holds: the value's, unless another op carries them (NOTE [shared-constants]),
+    /// or nothing for a fill's recipe (NOTE [fill-constants]).
+    pub(crate) fn charged_bytes(&self, holder: NodeId) -> u64 {
         match self.0.ticket {
-            Held::Shared { owner: false, .. } | Held::Fill(_) => 0,
+            Held::Shared(ref shared) if !shared.owned_by(holder) => 0,
+            Held::Fill(_) => 0,
             _ => self.bytes(),
         }
+    }
+
+    /// Makes the op `holder` the owner of this record if it has none: called for each edge
+    /// of an op as its node is made, the op that made a shared record claims it (NOTE
+    /// [shared-constants]; records are per thread, so no other op can hold it yet).
+    pub(crate) fn claim(&self, holder: NodeId) {
+        if let Held::Shared(shared) = &self.0.ticket {
+            let _ = shared.owner.compare_exchange(
+                0,
+                holder.value,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Whether `other` holds the same record (an op that reads one constant twice).
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     pub(crate) fn get(&self) -> &FloatTensor<B> {
@@ -266,15 +339,50 @@ impl<B: BackendTypes> Kept<B> {
         (shape.num_elements() * dtype.size()) as u64
     }
 
-    pub(crate) fn into_value(mut self) -> FloatTensor<B> {
-        self.0
-            .value
-            .take()
-            .expect("remat internal error: a kept value is present until it is dropped")
+    pub(crate) fn into_value(self) -> FloatTensor<B> {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut kept) => kept.value.take(),
+            // Another edge holds it too (NOTE [shared-constants]).
+            Err(shared) => shared.value.clone(),
+        }
+        .expect("remat internal error: a kept value is present until it is dropped")
     }
 }
 
 impl<B: Backend> Kept<B> {
+    /// Keeps `value`, the value of tensor `key`: one record with every other edge that holds
+    /// tensor `key` on this thread, counted once; the op that made the record carries its
+    /// charge once it claims it ([`Kept::claim`]; NOTE [shared-constants]).
+    pub(crate) fn shared(
+        value: FloatTensor<B>,
+        reason: KeepReason,
+        op: &'static str,
+        key: u64,
+    ) -> Self {
+        let found = SHARED
+            .try_with(|shared| shared.borrow().get(&key).and_then(std::sync::Weak::upgrade))
+            .ok()
+            .flatten()
+            .and_then(|any| any.downcast::<KeptValue<B>>().ok());
+        if let Some(kept) = found {
+            return Self(kept);
+        }
+        let ticket = counters::Ticket::keep::<B>(&value, reason, op);
+        let kept = Arc::new(KeptValue {
+            value: Some(value),
+            ticket: Held::Shared(Box::new(SharedHeld {
+                _ticket: ticket,
+                owner: std::sync::atomic::AtomicU64::new(0),
+                _entry: SharedEntry(key),
+            })),
+        });
+        let any: Arc<AnyKept> = kept.clone();
+        let _ = SHARED.try_with(|shared| {
+            shared.borrow_mut().insert(key, Arc::downgrade(&any));
+        });
+        Self(kept)
+    }
+
     /// The value of a constant held on an edge, for a read: a clone of the buffer, or the
     /// fill made again from its recipe (NOTE [fill-constants]; the same call as the one
     /// that made it, so the same bits).
@@ -305,37 +413,41 @@ pub(crate) enum Slot<B: BackendTypes> {
 }
 
 /// What a rebuilt value must look like: its size in bytes (for the budget's planner), and in
-/// debug builds its shape and dtype, checked after each replay (a replay that differs means a
-/// rule's forward is not the forward pass's computation). One word in release builds.
+/// debug builds a hash of its shape and dtype, checked after each replay (a replay that
+/// differs means a rule's forward is not the forward pass's computation). One word in
+/// release builds, two in debug builds: no allocation (a boxed shape was 80 bytes per
+/// evicted value, 0.39 MB of the heap of Burn's `Lstm` of 128 steps under a budget).
 #[derive(Clone, Debug)]
 pub(crate) struct Signature {
-    #[cfg(debug_assertions)]
-    recorded: Box<(burn_std::Shape, burn_std::DType, u64)>,
-    #[cfg(not(debug_assertions))]
     bytes: u64,
+    #[cfg(debug_assertions)]
+    shape: u64,
+}
+
+/// A hash of a value's shape and dtype (debug builds' replay check).
+#[cfg(debug_assertions)]
+fn shape_hash(shape: &burn_std::Shape, dtype: burn_std::DType) -> u64 {
+    use core::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    shape[..].hash(&mut hasher);
+    dtype.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Signature {
     pub(crate) fn of<B: BackendTypes>(value: &FloatTensor<B>) -> Self {
         let shape = burn_backend::TensorMetadata::shape(value);
         let dtype = burn_backend::TensorMetadata::dtype(value);
-        let bytes = (shape.num_elements() * dtype.size()) as u64;
-        #[cfg(not(debug_assertions))]
-        let _ = (shape, dtype);
         Self {
+            bytes: (shape.num_elements() * dtype.size()) as u64,
             #[cfg(debug_assertions)]
-            recorded: Box::new((shape, dtype, bytes)),
-            #[cfg(not(debug_assertions))]
-            bytes,
+            shape: shape_hash(&shape, dtype),
         }
     }
 
     /// The value's size in bytes.
     pub(crate) fn bytes(&self) -> u64 {
-        #[cfg(debug_assertions)]
-        return self.recorded.2;
-        #[cfg(not(debug_assertions))]
-        return self.bytes;
+        self.bytes
     }
 
     /// # Panics
@@ -343,18 +455,15 @@ impl Signature {
     pub(crate) fn check<B: BackendTypes>(&self, value: &FloatTensor<B>, op: &str) {
         #[cfg(debug_assertions)]
         {
-            let got = (
-                burn_backend::TensorMetadata::shape(value),
-                burn_backend::TensorMetadata::dtype(value),
-            );
+            let shape = burn_backend::TensorMetadata::shape(value);
+            let dtype = burn_backend::TensorMetadata::dtype(value);
             assert!(
-                got.0 == self.recorded.0 && got.1 == self.recorded.1,
-                "remat internal error: replaying op `{op}` gave shape {:?} and dtype {:?}, but \
-                 the forward pass produced {:?} and {:?}: the op's replay is not its forward",
-                got.0,
-                got.1,
-                self.recorded.0,
-                self.recorded.1
+                shape_hash(&shape, dtype) == self.shape,
+                "remat internal error: replaying op `{op}` gave shape {shape:?} and dtype \
+                 {dtype:?} ({} bytes), not the forward pass's ({} bytes): the op's replay is \
+                 not its forward",
+                shape.num_elements() * dtype.size(),
+                self.bytes
             );
         }
         #[cfg(not(debug_assertions))]
@@ -387,10 +496,16 @@ impl<B: Backend> Node<B> {
         })
     }
 
-    /// A new op node.
-    pub(crate) fn op(info: OpInfo, placement: Placement, op: OpState<B>, slot: Slot<B>) -> Self {
+    /// A new op node, `id` minted for it ([`NodeId::new`]).
+    pub(crate) fn op(
+        id: NodeId,
+        info: OpInfo,
+        placement: Placement,
+        op: OpState<B>,
+        slot: Slot<B>,
+    ) -> Self {
         Self {
-            id: NodeId::new(),
+            id,
             kind: NodeKind::Op,
             name: info.name,
             placement,
@@ -663,7 +778,12 @@ mod tests {
         let node = core::mem::size_of::<Node<F>>();
         let input = core::mem::size_of::<Input<F>>();
         assert!(input <= 16, "Input is {input} bytes");
-        assert!(node <= 160, "Node is {node} bytes");
+        // Debug builds' `Signature` adds a word to the slot (its shape's hash).
+        let bound = if cfg!(debug_assertions) { 168 } else { 160 };
+        assert!(node <= bound, "Node is {node} bytes");
+        // A kept value's record: the tensor and its ticket (docs/SCALE.md).
+        let kept = core::mem::size_of::<KeptValue<F>>();
+        assert!(kept <= 144, "KeptValue is {kept} bytes");
     }
 
     /// A replay whose result differs in shape from the forward pass is caught (debug).

@@ -180,8 +180,8 @@ impl<B: Backend> GraphNode for Node<B> {
             .filter(|(i, _)| op.reads.has_input(*i))
             .filter_map(|(_, input)| id_of(input))
             .collect();
-        let fixed_bytes = charged_constants(&op.inputs);
-        let shared = shared_constants(&op.inputs);
+        let fixed_bytes = charged_constants(&op.inputs, self.id);
+        let shared = shared_constants(&op.inputs, self.id);
         // A value that no planner decides and that was kept may not have its inputs retained
         // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
         let replayable = op.rule.replayable()
@@ -284,7 +284,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let Some(op) = op else {
             return 0;
         };
-        let constants = charged_constants(&op.inputs);
+        let constants = charged_constants(&op.inputs, self.id);
         // No gradient reached the node: nothing to read or compute. The step holds its
         // gradient while it runs (NOTE [grads-in-flight] in `planner/grads.rs`).
         if let Some(grad) = grads.take_for_step::<B>(self.id) {
@@ -324,7 +324,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let constants = state
             .op
             .as_ref()
-            .map_or(0, |op| charged_constants(&op.inputs));
+            .map_or(0, |op| charged_constants(&op.inputs, self.id));
         value + constants
     }
 

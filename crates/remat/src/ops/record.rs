@@ -90,7 +90,7 @@ pub(crate) fn record_transfer<B: Backend, R: Rule<B>>(
         inputs: SmallVec::new(),
         reads: Reads::NOTHING,
     };
-    let node = Node::op(info, decision.placement, op, Slot::Unneeded);
+    let node = Node::op(NodeId::new(), info, decision.placement, op, Slot::Unneeded);
     AutodiffTensor::tracked(output, Arc::new(node))
 }
 
@@ -389,7 +389,7 @@ fn edge<B: Backend>(
                 parent.require_value(&primitive, mark == Forced::Recompute);
             }
             // A leaf read by many ops (a parameter read at every step of a recurrence) is
-            // one buffer: its edges share one ticket, keyed by the leaf's id, so `stats`
+            // one buffer: its edges share one record, keyed by the leaf's id, so `stats`
             // counts and lists it once (NOTE [shared-constants]; no budget charges it).
             Some(leaf) => {
                 held = Some(Kept::shared(
@@ -426,6 +426,11 @@ fn finish_node<B: Backend, R: Rule<B>>(
     budgeted: Budgeted<B>,
 ) -> AutodiffTensor<B> {
     let info = rule.info();
+    let id = NodeId::new();
+    // NOTE [shared-constants]: the op carries the charge of the records its edges made.
+    for held in edges.iter().filter_map(|edge| edge.held.as_ref()) {
+        held.claim(id);
+    }
     let recorded = (placement.budget != 0).then(|| {
         let ids = |read: &dyn Fn(usize) -> bool| -> Vec<NodeId> {
             edges
@@ -449,7 +454,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
             replayable: placement.recompute,
             in_region: placement.region.is_some(),
             reads_output: reads.output,
-            fixed_bytes: charged_constants(&edges),
+            fixed_bytes: charged_constants(&edges, id),
             inputs: if placement.recompute {
                 ids(&|i| rule.replay_input(i))
             } else {
@@ -470,7 +475,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
         inputs: edges,
         reads,
     };
-    let node = Arc::new(Node::op(info, placement, op, slot));
+    let node = Arc::new(Node::op(id, info, placement, op, slot));
     if let Some(recorded) = recorded {
         budget::on_record(&node, recorded, &output);
     }

@@ -275,7 +275,7 @@ pub(crate) fn plan_pass(
         SESSION.with(|cell| {
             let cell = cell.borrow();
             let session = cell.as_ref()?;
-            let i = *session.index.get(&id)? as usize;
+            let i = session.position(id)? as usize;
             Some((session.nodes.cost(i), session.nodes.bytes(i)))
         })
     };

@@ -13,7 +13,6 @@
 //!   and `index` inverts `ids`; a compaction renumbers them all together.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -26,7 +25,7 @@ use smallvec::SmallVec;
 use super::entries::{Entries, position, view_node};
 use super::state::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
 use crate::counters::KeepReason;
-use crate::graph::{GraphNode, IdBuildHasher, Kept, Node, NodeId, Slot};
+use crate::graph::{GraphNode, Kept, Node, NodeId, Slot};
 use crate::planner::{self, Action, CachedPlan, Dtr, recorded_as};
 
 thread_local! {
@@ -117,8 +116,8 @@ pub(super) struct Session {
     /// The planner's node of each index (for compaction and measured costs; NOTE
     /// \[followed-entries\] in `entries.rs`).
     pub(super) nodes: Entries,
+    /// The recorded nodes' ids, by session index: ascending (NOTE \[session-ids\]).
     pub(super) ids: Vec<NodeId>,
-    pub(super) index: HashMap<NodeId, u32, IdBuildHasher>,
     /// Whether each op's backward step reads no value (NOTE \[side-ops\] in `state.rs`).
     pub(super) quiet: Vec<bool>,
     /// The ops whose value an op recorded outside the session (under another policy) reads.
@@ -135,7 +134,19 @@ pub(super) struct Session {
     pub(super) follow: Option<Follow>,
 }
 
+// NOTE [session-ids]: a session finds an op's index from its id by a binary search of
+// `ids`, which is ascending: ids are minted from one counter as each node is made
+// (`finish_node` in `ops/record.rs`, just before the session records it), a thread records
+// its ops one after another, and compaction keeps their order. A hash map from id to index
+// cost tens of bytes an op more (with its growth), heap that no budget counts
+// (docs/BUDGET.md).
+
 impl Session {
+    /// The session index of op `id`, if the session recorded it (NOTE \[session-ids\]).
+    pub(super) fn position(&self, id: NodeId) -> Option<u32> {
+        self.ids.binary_search(&id).ok().map(|at| at as u32)
+    }
+
     fn new(budget_id: u32) -> Self {
         let budget = bytes_of(budget_id);
         LAST_BUDGET.store(budget, Ordering::Relaxed);
@@ -147,7 +158,6 @@ impl Session {
             handles: Vec::new(),
             nodes: Entries::default(),
             ids: Vec::new(),
-            index: HashMap::default(),
             quiet: Vec::new(),
             read_outside: Vec::new(),
             depart: false,
@@ -221,7 +231,6 @@ impl Session {
             fresh.handles.push(Arc::downgrade(node));
             fresh.ids.push(self.ids[*old]);
             fresh.quiet.push(self.quiet[*old]);
-            fresh.index.insert(self.ids[*old], new as u32);
         }
         // NOTE [lent-entries]: the live entries' nodes go to the resumed planner, not a copy.
         let len = prefix.len();
@@ -389,7 +398,7 @@ impl Session {
             if inputs[..k].iter().any(|i| i.producer == input.producer) {
                 continue;
             }
-            let Some(&at) = self.index.get(&input.producer) else {
+            let Some(at) = self.position(input.producer) else {
                 continue;
             };
             // One producer may feed several of the op's inputs (`x * x`).
@@ -551,7 +560,7 @@ pub(crate) fn read_outside(budget_id: u32, id: NodeId, kept: bool) {
     SESSION.with(|cell| {
         let mut cell = cell.borrow_mut();
         if let Some(session) = cell.as_mut().filter(|s| s.budget_id == budget_id)
-            && let Some(&at) = session.index.get(&id)
+            && let Some(at) = session.position(id)
         {
             session.read_outside.push(at);
             session.depart |= kept;
@@ -606,7 +615,7 @@ pub(crate) fn on_record<B: Backend>(
             && inputs
                 .iter()
                 .chain(&step_reads)
-                .all(|id| !session.index.contains_key(id))
+                .all(|&id| session.position(id).is_none())
             && session.handles.iter().all(dead);
         // A step following its plan is not compacted as it grows: it records the plan's
         // view, whose length bounds it (NOTE [followed-entries] in `entries.rs`).
@@ -619,9 +628,7 @@ pub(crate) fn on_record<B: Backend>(
             }
         }
         let map = |ids: &[NodeId]| -> Vec<u32> {
-            ids.iter()
-                .filter_map(|id| session.index.get(id).copied())
-                .collect()
+            ids.iter().filter_map(|&id| session.position(id)).collect()
         };
         let index = session.nodes.len() as u32;
         let mut reads = map(&step_reads);
@@ -710,9 +717,12 @@ pub(crate) fn on_record<B: Backend>(
             Some(entry)
         };
         session.handles.push(handle);
+        debug_assert!(
+            session.ids.last().is_none_or(|&last| last < id),
+            "remat internal error: a session's ops are recorded in the order of their ids"
+        );
         session.ids.push(id);
         session.quiet.push(quiet);
-        session.index.insert(id, index);
         if let Some(actions) = planned {
             return Ok(session.to_apply(&actions, index));
         }
