@@ -751,9 +751,17 @@ fn main() -> ExitCode {
         model = next;
         remat::reset_policy();
         match remat::tradeoff() {
-            Some(report) => println!(
-                "\nbudget trade-off predicted from one step (pass one to --budget in MiB):\n{report}"
-            ),
+            Some(report) => {
+                println!(
+                    "\nbudget trade-off predicted from one step (pass one to --budget in MiB):\n{report}"
+                );
+                // NOTE [budget-cliff]: near the smallest budget a plan replays many times.
+                let past = report.smallest_budget_within(4.0);
+                println!(
+                    "the smallest budget that replays at most 4 forward passes: {:.2} MiB",
+                    past as f64 / (1u64 << 20) as f64
+                );
+            }
             None => println!("\nno step ran under a budget: no trade-off to report"),
         }
     }

@@ -648,8 +648,9 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
         (Model::GruLast, 1.1, 0.9, Some(0.7)),
         (Model::GruAll, 1.15, 0.95, None),
     ] {
-        // K and the smallest budget, to tell the shares that run from those below it.
-        let (k, smallest) = {
+        // K and the smallest budget, to tell the shares that run from those below it, and
+        // the smallest past the cliff (NOTE [budget-cliff] in `remat`'s `tradeoff.rs`).
+        let (k, smallest, past) = {
             let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
             one_measured_thread();
             let (net, x) = lstm_and_input();
@@ -657,7 +658,14 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
             step(&net, model, &x, Policy::SaveAll);
             let save_all = step(&net, model, &x, Policy::SaveAll);
             step(&net, model, &x, Policy::Budget(u64::MAX));
-            (save_all.kept as u64, smallest_named(&format!("{model:?}")))
+            let past = remat::tradeoff()
+                .expect("a step ran under a budget")
+                .smallest_budget_within(4.0);
+            (
+                save_all.kept as u64,
+                smallest_named(&format!("{model:?}")),
+                past,
+            )
         };
         let (runs, below): (Shares, Shares) =
             [(50, half), (25, quarter), (10, tenth.unwrap_or(0.0))]
@@ -680,6 +688,25 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
         one_measured_thread();
         let (net, x) = lstm_and_input();
         let save_all = step(&net, model, &x, Policy::SaveAll);
+        // Past the cliff: the steps replay a few forward passes (the `Lstm` on every output
+        // replayed 225,304 ops a step at its smallest budget on 32 steps).
+        let runs: Vec<Step> = (0..3)
+            .map(|_| step(&net, model, &x, Policy::Budget(past)))
+            .collect();
+        for run in &runs {
+            assert_like_save_all(run, &save_all, past, &format!("{model:?} past the cliff"));
+        }
+        eprintln!(
+            "{model:?} under {past} bytes (the smallest within 4 forward passes of replays; \
+             the smallest {smallest}): {} replays a step, heap peak {:.2}x SaveAll's",
+            runs[2].replays,
+            runs[2].peak as f64 / save_all.peak as f64
+        );
+        assert!(
+            past < k / 2 && runs[2].replays <= 200 * steps() as u64,
+            "{model:?} under {past} bytes (K {k}): {} replays a step",
+            runs[2].replays
+        );
         let mut budgets = vec![smallest];
         for (percent, _) in below {
             let budget = k * percent / 100;

@@ -150,6 +150,53 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
     }
 }
 
+// NOTE [budget-cliff]: the smallest budget is the lean schedule's (`feasible.rs`): the
+// least any schedule holds, each value rebuilt from the step's inputs for every read, so
+// near it a plan replays the graph quadratically often. On Burn's `Lstm` of 32 steps with a
+// loss on every output (`views/lstm32_every_output.view`), the plan at the smallest budget
+// replays 180 forward passes, at 1.05x of it 14 and at 1.1x 2.6: the budget that holds one
+// step's values beside the chain's hand-over is a few percent above the smallest, and a user
+// who takes the first row of the table pays 70 times the time for 5% of the memory.
+// `Tradeoff::smallest_budget_within` names the budget past the cliff.
+
+impl Tradeoff {
+    /// The smallest budget whose plan replays at most `forward_passes` forward passes (its
+    /// predicted recompute at most `forward_passes` times [`forward_cost`](Self::forward_cost)):
+    /// the budget to use where the smallest one costs too much time (NOTE \[budget-cliff\]).
+    ///
+    /// Found by bisection between [`min_budget_bytes`](Self::min_budget_bytes) and
+    /// [`keep_all_bytes`](Self::keep_all_bytes), planning the view at each step (a dozen
+    /// plans), to within 1/256 of the keep-all bytes or 4 KiB: the budget returned plans
+    /// within `forward_passes`, and the largest one tried below it did not. A plan's
+    /// recompute does not always fall as the budget grows, so a smaller budget may also plan
+    /// within `forward_passes`. Returns `keep_all_bytes` (no replay) when no smaller budget
+    /// tried plans within, and `min_budget_bytes` when the smallest budget does.
+    pub fn smallest_budget_within(&self, forward_passes: f64) -> u64 {
+        let view = &*self.view;
+        let within = |budget: u64| {
+            plan(view, budget)
+                .ok()
+                .and_then(|schedule| simulate(view, &schedule, budget).ok())
+                .is_some_and(|o| o.recompute_cost <= forward_passes * self.forward_cost)
+        };
+        let (mut lo, mut hi) = (self.min_budget_bytes, self.keep_all_bytes);
+        if hi <= lo || within(lo) {
+            return lo;
+        }
+        let tolerance = (self.keep_all_bytes / 256).max(4096);
+        // Invariant: `lo` does not plan within, `hi` does (keep-all replays nothing).
+        while hi - lo > tolerance {
+            let mid = lo + (hi - lo) / 2;
+            if within(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
+}
+
 impl fmt::Display for Tradeoff {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(

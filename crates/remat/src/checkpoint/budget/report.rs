@@ -37,8 +37,9 @@ pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -
              so far, and the rest of the forward pass is not recorded yet. To find the \
              smallest budget that works, run one step under Policy::Budget(u64::MAX) (it \
              keeps what SaveAll keeps) and print remat::tradeoff(): its first row is the \
-             smallest budget (`min_budget_bytes`), each row with its extra compute. The \
-             least to try: remat::Policy::Budget({min}).",
+             smallest budget (`min_budget_bytes`), each row with its extra compute, and \
+             its smallest_budget_within(4.0) the smallest whose plan replays at most 4 \
+             forward passes. The least to try: remat::Policy::Budget({min}).",
             crate::report_items::format_bytes(min)
         )
     }
@@ -331,7 +332,8 @@ mod tests {
             forward.contains("(at op `matmul`, in the forward pass)")
                 && forward.contains(&format!("at least {need} bytes"))
                 && forward.contains("Policy::Budget(u64::MAX)")
-                && forward.contains("remat::tradeoff()"),
+                && forward.contains("remat::tradeoff()")
+                && forward.contains("smallest_budget_within(4.0)"),
             "{forward}"
         );
         assert_eq!(

@@ -790,6 +790,30 @@ fn an_lstm_s_stacked_output_read_by_the_loss_is_held_until_the_loss_steps() {
     }
 }
 
+/// NOTE [budget-cliff] in `tradeoff.rs`: the same `Lstm`'s plan at its smallest budget replays
+/// about 180 forward passes, and the budget past the cliff that `smallest_budget_within`
+/// names is within a tenth above it (measured: 2.6 forward passes at 1.1x).
+#[test]
+fn the_budget_past_an_lstm_s_cliff_is_a_few_percent_above_its_smallest() {
+    let view: GraphView = include_str!("views/lstm32_every_output.view")
+        .parse()
+        .unwrap();
+    let report = crate::planner::tradeoff(&view);
+    let min = report.min_budget_bytes;
+    let forward = view.forward_cost();
+    let passes = |budget: u64| {
+        let schedule = plan(&view, budget).expect("plans at its smallest budget and above");
+        simulate(&view, &schedule, budget).unwrap().recompute_cost / forward
+    };
+    assert!(passes(min) > 100.0, "{} forward passes", passes(min));
+    let past = report.smallest_budget_within(4.0);
+    assert!(
+        past > min && past as f64 <= 1.1 * min as f64,
+        "{past} against the smallest {min}"
+    );
+    assert!(passes(past) <= 4.0, "{} forward passes", passes(past));
+}
+
 /// NOTE [unneeded-replays] and NOTE [head-rebuild] in `pinned.rs`: Burn's `Gru` with the
 /// loss on every output (32 steps, batch 16, input 16, hidden 64), its backward resumed from
 /// the lean state (the engine's fallback when a step's forward pass left a state it cannot

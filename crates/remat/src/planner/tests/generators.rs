@@ -388,6 +388,17 @@ fn the_tradeoff_report_spans_the_smallest_budget_to_keep_all() {
         "{table}"
     );
     assert_eq!(table.lines().count(), 2 + report.rows.len());
+    // NOTE [budget-cliff]: the smallest budget past a recompute limit.
+    assert_eq!(report.smallest_budget_within(0.0), 39 << 20);
+    assert_eq!(report.smallest_budget_within(1e9), 1 << 20);
+    let within_one = report.smallest_budget_within(1.0);
+    let replayed = |budget: u64| {
+        let schedule = crate::planner::plan(&view, budget).unwrap();
+        simulate(&view, &schedule, budget).unwrap().recompute_cost / report.forward_cost
+    };
+    assert!(replayed(within_one) <= 1.0);
+    let tolerance = (39u64 << 20) / 256;
+    assert!(replayed(within_one - tolerance) > 1.0, "{within_one}");
 }
 
 #[test]
