@@ -382,43 +382,54 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     // the step it plans for, so its scratch is the process's memory too: dense tables of
     // `(n + 1) 2^n` states took 13.8 MB at 14 nodes (a cost and a move each), 10 MB of an
     // Lstm's first step under a budget whose whole step held 6 MB under SaveAll, where
-    // Dijkstra reached 2% of the states (at most 5,029 on Burn's Lstm's stages).
-    // Each reached state: its cost so far and the state it was reached from, and how
-    // (`None`: a start).
-    let mut reached: HashMap<u32, (f64, Option<(u32, Move)>)> = HashMap::new();
-    let mut heap = BinaryHeap::new();
+    // Dijkstra reached 2% of the states (at most 5,029 on Burn's Lstm's stages). Each state
+    // reached and each queued is packed in a few words ([`Reached`], the queue's state its
+    // index): a reached state with its move as a `Move` (two mask words wide) took 56 bytes
+    // and a queued one 40, and one solve of 5,029 states held 0.77 MB at its peak, half of
+    // the heap of that Lstm's first step under 15% of SaveAll's bytes (32 steps, 1.5 MB).
+    // A solve that reaches more than [`EXACT_STATES`] states gives up (the heuristics plan
+    // the view instead), so that a view on which Dijkstra fans out cannot take megabytes.
+    let mut reached: HashMap<u32, Reached> = HashMap::new();
+    let mut heap: BinaryHeap<Entry<u32>> = BinaryHeap::new();
     problem.starts(budget, |set| {
-        reached.insert(problem.index(0, set) as u32, (0.0, None));
-        heap.push(Entry::dijkstra(0.0, (0, set)));
+        let k = problem.index(0, set) as u32;
+        reached.insert(k, Reached::start());
+        heap.push(Entry::dijkstra(0.0, k));
     });
     let mut end = None;
     while let Some(Entry {
         cost: d,
-        state: (p, set),
+        state: here,
         ..
     }) = heap.pop()
     {
-        let here = problem.index(p, set) as u32;
-        if d > reached[&here].0 {
+        if d > reached[&here].cost {
             continue;
         }
+        let (p, set) = (
+            here as usize >> n,
+            Mask::from_low(here as usize & ((1 << n) - 1)),
+        );
         if p == n {
             end = Some(here);
             break;
         }
         problem.transitions(p, set, budget, false, |q, next, c, how| {
             let k = problem.index(q, next) as u32;
-            let better = reached.get(&k).is_none_or(|&(dist, _)| d + c < dist);
+            let better = reached.get(&k).is_none_or(|r| d + c < r.cost);
             if better {
-                reached.insert(k, (d + c, Some((here, how))));
-                heap.push(Entry::dijkstra(d + c, (q, next)));
+                reached.insert(k, Reached::by(d + c, here, how));
+                heap.push(Entry::dijkstra(d + c, k));
             }
         });
+        if reached.len() > EXACT_STATES {
+            return None;
+        }
     }
     // Walk back to the start: the moves, last first.
     let mut k = end?;
     let mut moves = Vec::new();
-    while let Some((prev, how)) = reached[&k].1 {
+    while let Some((prev, how)) = reached[&k].from() {
         let (p, set) = (
             prev as usize >> n,
             Mask::from_low(prev as usize & ((1 << n) - 1)),
@@ -429,6 +440,60 @@ pub(crate) fn schedule(view: &GraphView, budget: u64) -> Option<Schedule> {
     moves.reverse();
     let kept = Mask::from_low(k as usize & ((1 << n) - 1));
     Some(problem.schedule(view, kept, &moves))
+}
+
+/// The most states one sparse solve reaches before it gives up (NOTE \[sparse-exact\]):
+/// three times the most measured on Burn's recurrent modules' stages, about 1 MB of map
+/// and queue at most.
+const EXACT_STATES: usize = 16_384;
+
+/// A state the sparse solve reached (NOTE \[sparse-exact\]): its cost so far, the state it
+/// was reached from (`u32::MAX` for a start) and the move, packed: the move's kind in the
+/// top two bits, its node in the next eight, a replay's dropped inputs in the low sixteen
+/// (views of at most [`PLAN_MAX_NODES`] nodes).
+#[derive(Clone, Copy)]
+struct Reached {
+    cost: f64,
+    from: u32,
+    how: u32,
+}
+
+const _: () = assert!(
+    PLAN_MAX_NODES <= 16,
+    "a replay's dropped inputs are packed in 16 bits"
+);
+
+impl Reached {
+    fn start() -> Self {
+        Reached {
+            cost: 0.0,
+            from: u32::MAX,
+            how: 0,
+        }
+    }
+
+    fn by(cost: f64, from: u32, how: Move) -> Self {
+        let how = match how {
+            Move::Step => 0,
+            Move::Free(v) => 1 << 30 | v << 16,
+            Move::Replay(x, taken) => 2 << 30 | x << 16 | taken.low() as u32,
+        };
+        Reached { cost, from, how }
+    }
+
+    /// The state it was reached from and the move, `None` for a start.
+    fn from(&self) -> Option<(u32, Move)> {
+        if self.from == u32::MAX {
+            return None;
+        }
+        let node = (self.how >> 16) & 0xff;
+        let how = match self.how >> 30 {
+            0 => Move::Step,
+            1 => Move::Free(node),
+            _ => Move::Replay(node, Mask::from_low((self.how & 0xffff) as usize)),
+        };
+        Some((self.from, how))
+    }
 }
 
 impl Problem {
