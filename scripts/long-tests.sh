@@ -40,6 +40,11 @@ REMAT_RNN_STEPS=1024 cargo test --release -p remat-models --test recurrent_modul
     lstm_below_a_sixth_of_its_bytes_is_planned_as_a_chain -- --nocapture \
     || fail "REMAT_RNN_STEPS=1024 cargo test --release -p remat-models --test recurrent_modules lstm_below"
 
+step "Burn's Lstm: its smallest budget beyond its input at 512 and 2,048 steps (release)"
+REMAT_RNN_STEPS=512 cargo test --release -p remat-models --test recurrent_modules \
+    lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input -- --nocapture \
+    || fail "REMAT_RNN_STEPS=512 cargo test --release -p remat-models --test recurrent_modules lstm_s_smallest"
+
 step "fuzzer: ${REMAT_FUZZ_CASES:=10000} cases (release)"
 REMAT_FUZZ_CASES="$REMAT_FUZZ_CASES" cargo test --release -p remat --test random_dags \
     || fail "REMAT_FUZZ_CASES=$REMAT_FUZZ_CASES cargo test --release -p remat --test random_dags"
