@@ -24,12 +24,14 @@
 //! allocator). Asserted: gradients bit-identical to SaveAll's; the later steps follow one
 //! plan (the same replays each step, within the budget by `stats`: NOTE [shared-release]);
 //! the heap of a planned step against SaveAll's peak (measured on 32 steps, batch 16, input
-//! 16, hidden 64, release: Lstm 1.08x at 50%, 0.85x at 25%, 0.72-0.75x at 15-10%; Gru 1.01x
-//! at 50%; 1.39x, 1.16x, 1.1x and 1.32x before NOTE [followed-entries]). Each step also
-//! prints its peak against issue 34's rule (`b + 1.1 (P - K + G) + 256 KiB`), which it does
-//! not meet: the graph's own bookkeeping, which the budget does not count, is most of the
-//! difference (FIXME [tape-bytes] in ARCHITECTURE.md). What does not hold yet is in
-//! ARCHITECTURE.md (FIXME [lstm-plans]). `REMAT_RNN_STEPS` sets the length
+//! 16, hidden 64, debug: Lstm 0.84x at 50%, 0.60x at 25%, 0.45-0.47x at 15-10%; Gru 0.79x
+//! at 50%; 1.39x, 1.16x, 1.1x and 1.32x before NOTE [followed-entries], 0.97x, 0.73x and
+//! 0.90x before NOTE [shared-constants] and NOTE [session-ids]). Each step also prints its
+//! peak against issue 34's rule (`b + 1.1 (P - K + G) + 256 KiB`): on 32 steps the planned
+//! steps are within 0.93-1.05x of it; on 128 steps of these 4 KiB values 1.2-1.6x, the
+//! graph's own bookkeeping (30% of K, which the budget does not count) the difference
+//! (FIXME [tape-bytes] in ARCHITECTURE.md; on 32 KiB values, 0.91-0.99x). What does not
+//! hold yet is in ARCHITECTURE.md (FIXME [lstm-plans]). `REMAT_RNN_STEPS` sets the length
 //! (`scripts/long-tests.sh` runs 128). Five child processes of the Lstm at a quarter of K
 //! plan the same steps (NOTE [estimated-costs]).
 
@@ -273,9 +275,9 @@ fn check_at(sizes: Sizes, seq: usize, model: Model, shares: &[(u64, f64)]) -> Ve
             runs[2].replays,
             runs[0].peak as f64 / rule
         );
-        // Debug builds keep more per op (each evicted value's shape and dtype).
+        // Debug builds keep a word more per node (a hash of an evicted value's shape).
         let bound = if cfg!(debug_assertions) {
-            bound + 0.1
+            bound + 0.03
         } else {
             bound
         };
@@ -380,8 +382,9 @@ fn lstm_s_first_step_online_at_a_tenth_of_k_holds_its_budget() {
 #[test]
 fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
     // NOTE [compaction-entries] in `session.rs`: 0.97x and 0.73x SaveAll's heap (debug, 32
-    // steps; 1.04x and 0.80x before).
-    check(Model::LstmLast, &[(50, 0.95), (25, 0.75)]);
+    // steps; 1.04x and 0.80x before); 0.84x and 0.60x since NOTE [shared-constants] and
+    // NOTE [session-ids] (0.84x and 0.59x on 128 steps in release).
+    check(Model::LstmLast, &[(50, 0.9), (25, 0.65)]);
 }
 
 /// NOTE [planner-memory] in `planner/rotor/solve.rs`: the first step under a new budget of a graph
@@ -400,11 +403,12 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
 /// `entries.rs`); its planned steps 0.90-1.02x (FIXME [tape-bytes]).
 /// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at a
 /// quarter of K, the first step's peak (planned ahead from the half-of-K steps' view) is
-/// within 0.15 of SaveAll's of the planned steps' (measured on 32 steps: 0.05 at most until
-/// the planned steps' own bookkeeping shrank, NOTE [shared-constants] in `remat`'s
-/// `graph/node.rs` and NOTE [session-ids] in `budget/session.rs`, by more than the first
-/// step's, whose peak is the planner's tables: the `Lstm` on every output 0.71x and 0.67x
-/// before, 0.70x and 0.56x after); at half of K, the graph's first step
+/// within 0.2 of SaveAll's of the planned steps' (measured: 0.05 at most until the planned
+/// steps' own bookkeeping shrank, NOTE [shared-constants] in `remat`'s `graph/node.rs` and
+/// NOTE [session-ids] in `budget/session.rs`, by more than the first step's, whose peak is
+/// the planner's memory, whose tables alone may take a quarter of what the steps read: the
+/// `Lstm` on every output 0.71x and 0.67x before, 0.70x and 0.56x after on 32 steps, 0.71x
+/// and 0.56x on 128 in release); at half of K, the graph's first step
 /// is within 0.6 of it (measured: at most 0.50); every step has SaveAll's gradients, within
 /// the budget.
 #[test]
@@ -447,7 +451,7 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
             runs[0].replays, runs[2].replays
         );
         // The graph's first step under any budget runs online (FIXME [tape-bytes]).
-        let over = if percent == 50 { 0.6 } else { 0.15 };
+        let over = if percent == 50 { 0.6 } else { 0.2 };
         assert!(
             first <= planned + over,
             "{model:?} at {percent}% of K: the first step under the budget peaked at \
@@ -460,7 +464,8 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
 /// plan replayed once from the lean state), and the next ones follow that plan.
 #[test]
 fn gru_with_a_loss_on_every_output_runs_from_its_first_step() {
-    check(Model::GruAll, &[(50, 1.15)]);
+    // 0.79x SaveAll's heap (debug, 32 steps; 0.80x on 128 in release).
+    check(Model::GruAll, &[(50, 0.9)]);
 }
 
 /// NOTE [tuple-cuts]: below a sixth of SaveAll's bytes the Lstm's (h, c) hand-over made it
@@ -471,7 +476,9 @@ fn gru_with_a_loss_on_every_output_runs_from_its_first_step() {
 #[test]
 fn lstm_below_a_sixth_of_its_bytes_is_planned_as_a_chain() {
     let shares = [15, 12, 10];
-    let replays = check(Model::LstmLast, &shares.map(|percent| (percent, 0.9)));
+    // 0.45-0.47x SaveAll's heap (debug, 32 steps), 0.43-0.50x on 128 and 0.39-0.50x on
+    // 1,024 (release).
+    let replays = check(Model::LstmLast, &shares.map(|percent| (percent, 0.6)));
     for (percent, replays) in shares.iter().zip(replays) {
         assert!(
             replays <= 100 * steps() as u64,
@@ -644,9 +651,11 @@ type Shares = Vec<(u64, f64)>;
 fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_budget() {
     // Each model with its bounds at half, a quarter and (where it runs) a tenth of K.
     for (model, half, quarter, tenth) in [
-        (Model::LstmAll, 1.1, 0.9, None),
-        (Model::GruLast, 1.1, 0.9, Some(0.7)),
-        (Model::GruAll, 1.15, 0.95, None),
+        // Measured (debug, 32 steps; release, 128): 0.80x and 0.56x; 0.84x, 0.62x and 0.51x
+        // (0.83x, 0.61x, 0.48x); 0.79x and 0.59x (0.80x, 0.56x).
+        (Model::LstmAll, 0.9, 0.65, None),
+        (Model::GruLast, 0.9, 0.7, Some(0.6)),
+        (Model::GruAll, 0.9, 0.7, None),
     ] {
         // K and the smallest budget, to tell the shares that run from those below it, and
         // the smallest past the cliff (NOTE [budget-cliff] in `remat`'s `tradeoff.rs`).
