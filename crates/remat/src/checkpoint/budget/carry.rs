@@ -187,5 +187,12 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         });
     }
     let grads = pending.grads.filter(|_| completed);
-    ran_last(view, pending.sides, pending.side_read, false, grads);
+    ran_last(
+        view,
+        pending.signature,
+        pending.sides,
+        pending.side_read,
+        false,
+        grads,
+    );
 }

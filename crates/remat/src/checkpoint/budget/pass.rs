@@ -490,7 +490,13 @@ pub(crate) fn plan_pass(
     // the pass's own planning, they were 3.3 MB of the first step's heap on Burn's `Lstm`
     // under half of K (128 steps; SaveAll's step peaks at 6.1 MB).
     compact_thread_session(false);
-    let signature = planner::signature(&view);
+    // A step that followed its plan to the end has the plan's view (NOTE [followed-view]),
+    // and so its signature: hashing a view of 37,900 ops twice a step (here and in
+    // `ran_last`) was 2% of a followed step of Burn's `Lstm` over 1,024 steps.
+    let signature = match &follow {
+        Some(f) if Arc::ptr_eq(&f.plan.view, &view) => f.plan.signature,
+        _ => planner::signature(&view),
+    };
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.
     let followed = follow
@@ -544,7 +550,14 @@ pub(crate) fn plan_pass(
                 min_budget_bytes, ..
             }) => {
                 // NOTE [stopped-view]: the next step plans ahead from this graph.
-                ran_last(view.clone(), sides.clone(), side_read, true, None);
+                ran_last(
+                    view.clone(),
+                    signature,
+                    sides.clone(),
+                    side_read,
+                    true,
+                    None,
+                );
                 too_small(
                     full_budget,
                     &planner::Error::Infeasible {
@@ -573,6 +586,7 @@ pub(crate) fn plan_pass(
     let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
     let pending = Pending {
         view,
+        signature,
         backend,
         budget: full_budget,
         plan: !cached,
@@ -591,6 +605,8 @@ pub(crate) fn plan_pass(
 /// inside another one (in a custom op's backward, say) has its own.
 pub(crate) struct Pending {
     pub(super) view: Arc<GraphView>,
+    /// The view's signature ([`planner::signature`]; its costs do not count).
+    pub(super) signature: u64,
     /// The pass's inner backend, when it ran on one.
     pub(super) backend: Option<TypeId>,
     pub(super) budget: u64,

@@ -177,19 +177,20 @@ fn set_sides(signature: u64, list: Arc<[Side]>) {
 
 /// Makes `view` (with its side ops) the graph this thread ran last, which the next step
 /// starting like it plans ahead from (NOTE \[plan-ahead\]), and the one
-/// [`tradeoff`](super::tradeoff) reads.
+/// [`tradeoff`](super::tradeoff) reads. `signature`: the view's ([`planner::signature`]).
 /// `side_read`: an op of the step read a free side op (NOTE \[side-view\]);
 /// `stopped`: the step stopped as too small (NOTE \[stopped-view\]); `grads`: the
 /// gradients of a pass that completed (NOTE \[grads-in-flight\] in `planner/grads.rs`),
 /// kept for `tradeoff` with the view (those of an earlier pass of the same graph stay).
 pub(super) fn ran_last(
     view: Arc<GraphView>,
+    signature: u64,
     sides: Arc<[Side]>,
     side_read: bool,
     stopped: bool,
     grads: Option<GradProfile>,
 ) {
-    let signature = planner::signature(&view);
+    debug_assert_eq!(signature, planner::signature(&view), "remat internal error");
     let grads = grads.map(|grads| (signature, Arc::new(grads)));
     let keep = |slot: &mut Option<(u64, Arc<GradProfile>)>| match &grads {
         Some(_) => slot.clone_from(&grads),
