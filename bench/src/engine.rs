@@ -54,6 +54,10 @@ pub enum BudgetTarget {
     /// The smallest budget: `remat::tradeoff()`'s first row, or what `remat::check_budget`
     /// reported for a point that was too small.
     Smallest,
+    /// The smallest budget whose plan replays at most 4 forward passes
+    /// (`remat::Tradeoff::smallest_budget_within(4.0)`: past the cliff at the smallest one,
+    /// NOTE [budget-cliff] in `remat`'s `planner/tradeoff.rs`).
+    PastCliff,
 }
 
 impl BudgetTarget {
@@ -64,6 +68,7 @@ impl BudgetTarget {
             BudgetTarget::Unbounded => "Budget u64::MAX".into(),
             BudgetTarget::RegionsPeak => "Budget per-layer peak".into(),
             BudgetTarget::Smallest => "Budget smallest".into(),
+            BudgetTarget::PastCliff => "Budget smallest within 4 fwd".into(),
         }
     }
 }

@@ -43,7 +43,9 @@
 //! budget below the engine's smallest panics naming one that works: the panic is caught in
 //! that first (untimed) step, the point recorded as infeasible, and the curve continued at the
 //! named budget (marked "raised to the smallest"). One step under `Budget(u64::MAX)` gives the
-//! planner's predicted curve (`remat::tradeoff()`), and a last point at its smallest budget.
+//! planner's predicted curve (`remat::tradeoff()`), a point at the smallest budget within 4
+//! forward passes of replays (`Tradeoff::smallest_budget_within`) where that is above the
+//! smallest, and a last point at its smallest budget.
 
 mod alloc;
 mod capacity;
@@ -393,6 +395,10 @@ fn calibrate_budgets(
         eprintln!("   planner view written to {}", path.display());
     }
     let smallest = tradeoff.as_ref().map(|t| t.min_budget_bytes);
+    let past_cliff = tradeoff
+        .as_ref()
+        .map(|t| t.smallest_budget_within(4.0))
+        .filter(|&past| smallest.is_some_and(|min| past > min));
     let planner = tradeoff.map(|t| PlannerCurve::from_tradeoff(&t));
     prepared.push((unbounded, run, Some(u64::MAX)));
     let mut info = BudgetInfo::new(BudgetTarget::Unbounded, None, u64::MAX);
@@ -408,6 +414,11 @@ fn calibrate_budgets(
         .collect();
     if let Some(r) = regions_peak {
         requests.push((BudgetTarget::RegionsPeak, None, r));
+    }
+    // Past the cliff at the smallest budget (NOTE [budget-cliff] in `remat`'s
+    // `planner/tradeoff.rs`), where it is above the smallest.
+    if let Some(past) = past_cliff {
+        requests.push((BudgetTarget::PastCliff, None, past));
     }
     // The smallest budget the planner guarantees for the step (`tradeoff()`'s first row).
     if let Some(min) = smallest {
