@@ -33,7 +33,7 @@ pub(crate) use backward::{PassHooks, ScheduledPass, backward};
 pub(crate) use id::IdBuildHasher;
 pub use id::NodeId;
 pub(crate) use node::{
-    Fill, GraphNode, Input, Kept, Node, NodeKind, OpState, Rule, ScheduleEntry, Signature, Slot,
+    Fill, GraphNode, Input, Kept, Node, NodeKind, OpState, Rule, ScheduleFacts, Signature, Slot,
     Vjp, charged_constants,
 };
 pub use op::{Cost, OpInfo};

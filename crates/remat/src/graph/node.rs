@@ -700,6 +700,12 @@ pub(crate) trait GraphNode: Send + Sync {
     /// frees).
     fn schedule_entry(&self) -> Option<ScheduleEntry>;
 
+    /// The few facts of [`GraphNode::schedule_entry`] a pass keeps of every node (NOTE
+    /// \[pass-facts\] in `checkpoint/budget/pass.rs`), without the reads and constants that
+    /// only a view built from descriptions needs; `None` for leaves. Also marks the node as
+    /// run by a schedule.
+    fn schedule_facts(&self) -> Option<ScheduleFacts>;
+
     /// Scheduled `Replay`: rebuilds the value from held inputs, runs `before_store` once the
     /// op has run (the schedule frees there the inputs it read last), stores the value;
     /// returns its bytes and the time the op's forward took (`None` when nothing was
@@ -763,8 +769,17 @@ pub(crate) struct ScheduleEntry {
     pub(crate) fixed_bytes: u64,
     /// The constants among them that other nodes hold too (see [`shared_constants`]).
     pub(crate) shared: SmallVec<[(usize, u64, bool); 1]>,
-    /// Whether the value is held now.
+}
+
+/// What a pass keeps of every node it claimed ([`GraphNode::schedule_facts`]): the fields of
+/// [`ScheduleEntry`] of the same names.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScheduleFacts {
+    pub(crate) id: NodeId,
+    pub(crate) bytes: u64,
+    pub(crate) fixed_bytes: u64,
     pub(crate) held: bool,
+    pub(crate) replayable: bool,
 }
 
 #[cfg(test)]

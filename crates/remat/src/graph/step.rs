@@ -11,10 +11,34 @@ use burn_backend::distributed::DistributedParams;
 use super::grads::Gradients;
 use super::id::NodeId;
 use super::node::{
-    GraphNode, Input, Node, NodeKind, ScheduleEntry, Signature, Slot, Vjp, charged_constants,
-    shared_constants,
+    GraphNode, Input, Node, NodeKind, OpState, ScheduleEntry, ScheduleFacts, Signature, Slot, Vjp,
+    charged_constants, shared_constants,
 };
 use super::retrieve;
+
+impl<B: Backend> Node<B> {
+    /// The facts of [`GraphNode::schedule_facts`] for this op node, its slot `slot` and its
+    /// recorded op `op`.
+    fn facts(&self, slot: &Slot<B>, op: &OpState<B>) -> ScheduleFacts {
+        let bytes = match slot {
+            Slot::Stored(kept) => kept.bytes(),
+            Slot::Evicted(signature) => signature.bytes(),
+            Slot::Unneeded => 0,
+        };
+        // A value that no planner decides and that was kept may not have its inputs retained
+        // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
+        let replayable = op.rule.replayable()
+            && self.placement.recompute
+            && (self.placement.planned || matches!(slot, Slot::Evicted(_)));
+        ScheduleFacts {
+            id: self.id,
+            bytes: if self.placement.leaf_view { 0 } else { bytes },
+            fixed_bytes: charged_constants(&op.inputs, self.id),
+            held: matches!(slot, Slot::Stored(_)),
+            replayable,
+        }
+    }
+}
 
 impl<B: Backend> GraphNode for Node<B> {
     fn id(&self) -> NodeId {
@@ -165,12 +189,7 @@ impl<B: Backend> GraphNode for Node<B> {
         let mut state = self.lock();
         state.scheduled = true;
         let op = state.op.as_ref()?;
-        let bytes = match &state.slot {
-            Slot::Stored(kept) => kept.bytes(),
-            Slot::Evicted(signature) => signature.bytes(),
-            Slot::Unneeded => 0,
-        };
-        let bytes = if self.placement.leaf_view { 0 } else { bytes };
+        let facts = self.facts(&state.slot, op);
         let id_of = |input: &Input<B>| input.producer().map(|p| p.id);
         let inputs = op.replay_inputs().filter_map(id_of).collect();
         let step_reads = op
@@ -180,26 +199,29 @@ impl<B: Backend> GraphNode for Node<B> {
             .filter(|(i, _)| op.reads.has_input(*i))
             .filter_map(|(_, input)| id_of(input))
             .collect();
-        let fixed_bytes = charged_constants(&op.inputs, self.id);
         let shared = shared_constants(&op.inputs, self.id);
-        // A value that no planner decides and that was kept may not have its inputs retained
-        // (INVARIANT [rebuildable] holds only for evicted values): it stays pinned.
-        let replayable = op.rule.replayable()
-            && self.placement.recompute
-            && (self.placement.planned || matches!(state.slot, Slot::Evicted(_)));
         Some(ScheduleEntry {
             id: self.id,
             name: self.name,
             cost: op.rule.info().cost,
-            bytes,
+            bytes: facts.bytes,
             inputs,
             step_reads,
             reads_output: op.reads.output,
-            replayable,
-            fixed_bytes,
+            replayable: facts.replayable,
+            fixed_bytes: facts.fixed_bytes,
             shared,
-            held: matches!(state.slot, Slot::Stored(_)),
         })
+    }
+
+    fn schedule_facts(&self) -> Option<ScheduleFacts> {
+        if self.kind == NodeKind::Leaf {
+            return None;
+        }
+        let mut state = self.lock();
+        state.scheduled = true;
+        let op = state.op.as_ref()?;
+        Some(self.facts(&state.slot, op))
     }
 
     fn scheduled_replay(&self, before_store: &mut dyn FnMut(), synced: bool) -> (u64, Option<f64>) {
