@@ -182,6 +182,25 @@ fn assert_like_save_all(run: &Step, save_all: &Step, budget: u64, what: &str) {
     );
 }
 
+/// `n` steps of `model` under `budget`, each with SaveAll's gradients within the budget
+/// ([`assert_like_save_all`]; `what` names them in the messages).
+fn steps_like_save_all(
+    (net, x): (&Net, &Tensor<3>),
+    model: Model,
+    budget: u64,
+    n: usize,
+    save_all: &Step,
+    what: &str,
+) -> Vec<Step> {
+    let runs: Vec<Step> = (0..n)
+        .map(|_| step(net, model, x, Policy::Budget(budget)))
+        .collect();
+    for run in &runs {
+        assert_like_save_all(run, save_all, budget, what);
+    }
+    runs
+}
+
 /// The modules (seeded) and an input of [`steps`] steps.
 fn lstm_and_input() -> (Net, Tensor<3>) {
     lstm_and_input_of(SMALL, steps())
@@ -437,12 +456,8 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
     let save_all = step(net, model, x, Policy::SaveAll);
     for percent in [50, 25] {
         let budget = save_all.kept as u64 * percent / 100;
-        let runs: Vec<Step> = (0..3)
-            .map(|_| step(net, model, x, Policy::Budget(budget)))
-            .collect();
-        for run in &runs {
-            assert_like_save_all(run, &save_all, budget, &format!("{model:?}"));
-        }
+        let runs =
+            steps_like_save_all((net, x), model, budget, 3, &save_all, &format!("{model:?}"));
         let p = save_all.peak as f64;
         let (first, planned) = (runs[0].peak as f64 / p, runs[2].peak as f64 / p);
         eprintln!(
@@ -548,12 +563,14 @@ fn a_budget_step_holds_save_all_s_bookkeeping_on_4_kib_values() {
     let k = save_all.kept as f64;
     let slack = 1.1 * (save_all.peak - save_all.kept + save_all.grads_bytes) as f64 + 262_144.0;
     let budget = save_all.kept as u64 / 4;
-    let runs: Vec<Step> = (0..3)
-        .map(|_| step(&net, Model::LstmLast, &x, Policy::Budget(budget)))
-        .collect();
-    for run in &runs {
-        assert_like_save_all(run, &save_all, budget, "a quarter of K");
-    }
+    let runs = steps_like_save_all(
+        (&net, &x),
+        Model::LstmLast,
+        budget,
+        3,
+        &save_all,
+        "a quarter of K",
+    );
     let own = runs[2].own as f64;
     let rule = |share: f64| share * k + slack;
     eprintln!(
@@ -699,12 +716,14 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
         let save_all = step(&net, model, &x, Policy::SaveAll);
         // Past the cliff: the steps replay a few forward passes (the `Lstm` on every output
         // replayed 225,304 ops a step at its smallest budget on 32 steps).
-        let runs: Vec<Step> = (0..3)
-            .map(|_| step(&net, model, &x, Policy::Budget(past)))
-            .collect();
-        for run in &runs {
-            assert_like_save_all(run, &save_all, past, &format!("{model:?} past the cliff"));
-        }
+        let runs = steps_like_save_all(
+            (&net, &x),
+            model,
+            past,
+            3,
+            &save_all,
+            &format!("{model:?} past the cliff"),
+        );
         eprintln!(
             "{model:?} under {past} bytes (the smallest within 4 forward passes of replays; \
              the smallest {smallest}): {} replays a step, heap peak {:.2}x SaveAll's",
@@ -731,12 +750,14 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
         budgets.dedup();
         let named = budgets.clone();
         for budget in budgets {
-            let runs: Vec<Step> = (0..2)
-                .map(|_| step(&net, model, &x, Policy::Budget(budget)))
-                .collect();
-            for run in &runs {
-                assert_like_save_all(run, &save_all, budget, &format!("{model:?}"));
-            }
+            let runs = steps_like_save_all(
+                (&net, &x),
+                model,
+                budget,
+                2,
+                &save_all,
+                &format!("{model:?}"),
+            );
             eprintln!(
                 "{model:?} under {budget} bytes (the smallest {smallest} and those the shares \
                  below it named: {named:?}, K {}): {} replays a step, heap peak {:.2}x \

@@ -751,34 +751,42 @@ pub(crate) trait GraphNode: Send + Sync {
     fn budget_bytes_now(&self) -> u64;
 }
 
-/// One op node as the budget's planner sees it (see `GraphNode::schedule_entry`).
+/// One op node as the budget's planner sees it (see `GraphNode::schedule_entry`): its facts
+/// (through `Deref`), and what only a view built from descriptions needs.
 pub(crate) struct ScheduleEntry {
-    pub(crate) id: NodeId,
+    pub(crate) facts: ScheduleFacts,
     pub(crate) name: &'static str,
     pub(crate) cost: Cost,
-    /// Bytes of the output (0 for a view of leaves: the user's memory).
-    pub(crate) bytes: u64,
     /// Producers whose values a replay reads.
     pub(crate) inputs: SmallVec<[NodeId; 2]>,
     /// Producers whose values the backward step reads (and `reads_output`).
     pub(crate) step_reads: SmallVec<[NodeId; 2]>,
     pub(crate) reads_output: bool,
-    /// Whether the engine can rebuild the value (inputs retained for a replay).
-    pub(crate) replayable: bool,
-    /// Bytes of constants held on the node's edges (leaves excluded).
-    pub(crate) fixed_bytes: u64,
-    /// The constants among them that other nodes hold too (see [`shared_constants`]).
+    /// The constants among `fixed_bytes` that other nodes hold too (see
+    /// [`shared_constants`]).
     pub(crate) shared: SmallVec<[(usize, u64, bool); 1]>,
 }
 
-/// What a pass keeps of every node it claimed ([`GraphNode::schedule_facts`]): the fields of
-/// [`ScheduleEntry`] of the same names.
+impl core::ops::Deref for ScheduleEntry {
+    type Target = ScheduleFacts;
+
+    fn deref(&self) -> &ScheduleFacts {
+        &self.facts
+    }
+}
+
+/// What a pass keeps of every node it claimed ([`GraphNode::schedule_facts`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ScheduleFacts {
     pub(crate) id: NodeId,
+    /// Bytes of the output (0 for a view of leaves: the user's memory).
     pub(crate) bytes: u64,
+    /// Bytes of constants held on the node's edges (leaves excluded) that the budget's model
+    /// charges to it.
     pub(crate) fixed_bytes: u64,
+    /// Whether the value is held now.
     pub(crate) held: bool,
+    /// Whether the engine can rebuild the value (inputs retained for a replay).
     pub(crate) replayable: bool,
 }
 

@@ -17,6 +17,18 @@ use super::node::{
 use super::retrieve;
 
 impl<B: Backend> Node<B> {
+    /// Marks the node as run by a schedule and reads its slot and recorded op with `f`;
+    /// `None` for a leaf or a node whose step ran.
+    fn scheduled<R>(&self, f: impl FnOnce(&Slot<B>, &OpState<B>) -> R) -> Option<R> {
+        if self.kind == NodeKind::Leaf {
+            return None;
+        }
+        let mut state = self.lock();
+        state.scheduled = true;
+        let op = state.op.as_ref()?;
+        Some(f(&state.slot, op))
+    }
+
     /// The facts of [`GraphNode::schedule_facts`] for this op node, its slot `slot` and its
     /// recorded op `op`.
     fn facts(&self, slot: &Slot<B>, op: &OpState<B>) -> ScheduleFacts {
@@ -183,45 +195,28 @@ impl<B: Backend> GraphNode for Node<B> {
     }
 
     fn schedule_entry(&self) -> Option<ScheduleEntry> {
-        if self.kind == NodeKind::Leaf {
-            return None;
-        }
-        let mut state = self.lock();
-        state.scheduled = true;
-        let op = state.op.as_ref()?;
-        let facts = self.facts(&state.slot, op);
-        let id_of = |input: &Input<B>| input.producer().map(|p| p.id);
-        let inputs = op.replay_inputs().filter_map(id_of).collect();
-        let step_reads = op
-            .inputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| op.reads.has_input(*i))
-            .filter_map(|(_, input)| id_of(input))
-            .collect();
-        let shared = shared_constants(&op.inputs, self.id);
-        Some(ScheduleEntry {
-            id: self.id,
-            name: self.name,
-            cost: op.rule.info().cost,
-            bytes: facts.bytes,
-            inputs,
-            step_reads,
-            reads_output: op.reads.output,
-            replayable: facts.replayable,
-            fixed_bytes: facts.fixed_bytes,
-            shared,
+        self.scheduled(|slot, op| {
+            let id_of = |input: &Input<B>| input.producer().map(|p| p.id);
+            ScheduleEntry {
+                facts: self.facts(slot, op),
+                name: self.name,
+                cost: op.rule.info().cost,
+                inputs: op.replay_inputs().filter_map(id_of).collect(),
+                step_reads: op
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| op.reads.has_input(*i))
+                    .filter_map(|(_, input)| id_of(input))
+                    .collect(),
+                reads_output: op.reads.output,
+                shared: shared_constants(&op.inputs, self.id),
+            }
         })
     }
 
     fn schedule_facts(&self) -> Option<ScheduleFacts> {
-        if self.kind == NodeKind::Leaf {
-            return None;
-        }
-        let mut state = self.lock();
-        state.scheduled = true;
-        let op = state.op.as_ref()?;
-        Some(self.facts(&state.slot, op))
+        self.scheduled(|slot, op| self.facts(slot, op))
     }
 
     fn scheduled_replay(&self, before_store: &mut dyn FnMut(), synced: bool) -> (u64, Option<f64>) {

@@ -206,27 +206,18 @@ fn split_sides(nodes: &mut Vec<planner::Node>, sides: &[Side]) -> Option<Vec<pla
 // ops' nodes beside the pass's view (`Entries::after_pass`), which is all its compaction
 // reads (the pass's own nodes are claimed, so none of them is kept).
 
-/// What a pass keeps of each node it claimed (NOTE \[pass-facts\]).
+/// What a pass keeps of each node it claimed (NOTE \[pass-facts\]): its position in the
+/// pass's order and its facts (through `Deref`).
 struct Facts {
-    /// Its position in the pass's order.
     pos: usize,
-    id: NodeId,
-    bytes: u64,
-    fixed_bytes: u64,
-    held: bool,
-    replayable: bool,
+    node: ScheduleFacts,
 }
 
-impl Facts {
-    fn of(pos: usize, facts: &ScheduleFacts) -> Self {
-        Self {
-            pos,
-            id: facts.id,
-            bytes: facts.bytes,
-            fixed_bytes: facts.fixed_bytes,
-            held: facts.held,
-            replayable: facts.replayable,
-        }
+impl core::ops::Deref for Facts {
+    type Target = ScheduleFacts;
+
+    fn deref(&self) -> &ScheduleFacts {
+        &self.node
     }
 }
 
@@ -254,7 +245,7 @@ pub(crate) fn plan_pass(
         order
             .iter()
             .enumerate()
-            .filter_map(|(pos, n)| n.schedule_facts().map(|f| Facts::of(pos, &f))),
+            .filter_map(|(pos, n)| n.schedule_facts().map(|node| Facts { pos, node })),
     );
     let mut by_id: Vec<usize> = (0..entries.len()).collect();
     by_id.sort_unstable_by_key(|&k| entries[k].id);
