@@ -36,9 +36,14 @@ use crate::planner::blocks::Shape;
 
 pub(super) const INF: f64 = f64::INFINITY;
 
-/// `top`s.
+/// `top`s. The `rev` tables hold `s <= t` only (NOTE \[rev-triangle\]).
 pub(super) fn level_entries(n: usize, width: usize) -> u64 {
-    ((2 * n * n + 3 * n) * width) as u64
+    ((n * (n + 1) + 3 * n) * width) as u64
+}
+
+/// Pairs `s <= t` of items of a level of `n`: the rows of a `rev` table.
+fn rev_rows(n: usize) -> usize {
+    n * (n + 1) / 2
 }
 
 /// Bytes of one table entry: a cost and a choice.
@@ -143,7 +148,7 @@ pub(super) struct Level {
     /// Units an owned sub-chain from the first item gains by freeing the level's input (the
     /// boundary before a group; 0 for the chain's input, a leaf; NOTE \[group-owned\]).
     input_units: usize,
-    /// `rev[(s * n + t) * (m_max + 1) + m]`, `top[s * (m_max + 1) + m]`, and their choices:
+    /// `rev` at [`Level::rev_at`], `top[s * (m_max + 1) + m]`, and their choices:
     /// the input of `s` held by the caller throughout.
     pub(super) rev: Vec<f64>,
     rev_choice: Vec<u32>,
@@ -210,8 +215,17 @@ impl Level {
         self.items.len()
     }
 
+    /// NOTE [rev-triangle]: `rev(s, t)` is defined for `s <= t` only, so a `rev` table
+    /// holds the pairs row by row, `t` then `s` (`t (t + 1) / 2 + s`): half the square it
+    /// was laid out in, which took 55% of the first step's planning memory on Burn's `Lstm`
+    /// (128 steps; NOTE \[planner-memory\] in `solve.rs`).
     pub(super) fn rev_at(&self, s: usize, t: usize, m: usize, scale: Scale) -> usize {
-        (s * self.n() + t) * (scale.m_max + 1) + m
+        debug_assert!(
+            s <= t && t < self.n(),
+            "rev({s}, {t}) of {} items",
+            self.n()
+        );
+        (t * (t + 1) / 2 + s) * (scale.m_max + 1) + m
     }
 
     pub(super) fn top_at(&self, s: usize, m: usize, scale: Scale) -> usize {
@@ -293,12 +307,12 @@ impl Level {
             items,
             fixed_before,
             input_units,
-            rev: vec![INF; n * n * width],
-            rev_choice: vec![BASE; n * n * width],
+            rev: vec![INF; rev_rows(n) * width],
+            rev_choice: vec![BASE; rev_rows(n) * width],
             top: vec![INF; n * width],
             top_choice: vec![BASE; n * width],
-            rev_owned: vec![INF; n * n * width],
-            rev_owned_choice: vec![BASE; n * n * width],
+            rev_owned: vec![INF; rev_rows(n) * width],
+            rev_owned_choice: vec![BASE; rev_rows(n) * width],
             top_owned: vec![INF; n * width],
             top_owned_choice: vec![BASE; n * width],
             top_absent: vec![INF; n * width],

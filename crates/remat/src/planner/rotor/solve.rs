@@ -20,9 +20,11 @@ pub(super) const UNITS: u64 = 160;
 // next steps is made), so they count in the process's peak as much as the values the budget
 // bounds. At full resolution they took 35-44 MB planning a 400-block recurrence of 80 KB
 // matrices under budgets of 1.6 to 32 MB: the first step's heap peaked at 1.3x SaveAll's
-// whatever the budget. The tables of one solve may now take at most [`table_cap`]: half the
-// room, [`MIN_TABLE_CAP`], or a quarter of what the view's steps read (what keeping all
-// holds), whichever is most. The last keeps the level cuts that long chains at tight
+// whatever the budget. The tables of one solve may now take at most [`table_cap`]: a quarter
+// of the room, [`MIN_TABLE_CAP`], or an eighth of what the view's steps read (what keeping
+// all holds), whichever is most (half, 256 KiB and a quarter while the `rev` tables were
+// laid out square, twice their size: NOTE \[rev-triangle\] in `level.rs`; the same units
+// as then). The last keeps the level cuts that long chains at tight
 // budgets need (NOTE \[level-cuts\]; a 10,000-block power iteration of 32 KB matrices one
 // slot above its smallest budget replays 92.5 forward passes, 503 with 13 MB of tables)
 // while the tables stay a share of SaveAll's own peak. It was 2 KiB an op with a floor of
@@ -37,16 +39,16 @@ pub(super) const UNITS: u64 = 160;
 // never validity (boundaries round up).
 
 /// The least memory the tables of one solve may take (NOTE \[planner-memory\]).
-const MIN_TABLE_CAP: u64 = 256 << 10;
+const MIN_TABLE_CAP: u64 = 128 << 10;
 
 /// The share of the bytes steps read (what keeping all holds) the tables of one solve may
 /// take (NOTE \[planner-memory\]).
-const TABLE_SHARE_OF_KEPT: u64 = 4;
+const TABLE_SHARE_OF_KEPT: u64 = 8;
 
 /// The memory the DP's tables may take for a room of `room` bytes in a view whose steps
 /// read values of `kept` bytes in all (NOTE \[planner-memory\]).
 pub(crate) fn table_cap(room: u64, kept: u64) -> u64 {
-    (room / 2)
+    (room / 4)
         .max(MIN_TABLE_CAP)
         .max(kept / TABLE_SHARE_OF_KEPT)
 }

@@ -258,7 +258,7 @@ fn a_long_uniform_chain_plans_near_revolve_s_optimum_at_any_slots() {
 /// pinned so that a change that plans worse fails. Before NOTE [run-units], 10,000 blocks at
 /// 2 slots replayed 503 forward passes and at 300 slots 1.51; before NOTE [exact-units], 100
 /// blocks at 1 slot 26.37 and at 4 slots 2.91; before NOTE [run-merge], 10,000 blocks at 1
-/// slot 503 and at 2 slots 31.79. NOTE [planner-memory] caps the tables (now at a quarter
+/// slot 503 and at 2 slots 31.79. NOTE [planner-memory] caps the tables (now at an eighth
 /// of what the steps read; at 2 KiB an op, 100 MB here): at 100 slots the levels are solved
 /// at half the units, 1.68 -> 1.686; with 13 MB, 1 slot replayed 503 passes. Ten
 /// thousand blocks in optimized builds only (debug: a hundred).
