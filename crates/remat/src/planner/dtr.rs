@@ -151,6 +151,36 @@ impl<'a> Dtr<'a> {
         Ok(&self.exec.actions()[self.mark..])
     }
 
+    /// [`Dtr::on_compute`], forgetting the actions of the earlier events first: the engine
+    /// carries out each event's actions as they come and never reads them again, and a
+    /// forward pass's history (a `Compute` and its keeps and drops for each op) was held
+    /// beside every kept value until backward (NOTE \[gentle-growth\] in `grow.rs`).
+    /// [`Dtr::into_schedule`] then holds the latest event's actions only.
+    ///
+    /// # Errors
+    /// As [`Dtr::on_compute`].
+    pub(crate) fn on_compute_forgetting(&mut self, node: Node) -> Result<&[Action], Error> {
+        self.forget_actions();
+        self.on_compute(node)
+    }
+
+    /// Makes its errors name a lower bound on the smallest budget ([`Error::Infeasible`] with
+    /// `lower_bound`), not [`min_feasible_budget`]: for a caller that only asks whether it
+    /// fits (NOTE \[online-first\] in `backward.rs`). That bound is planning of its own, in
+    /// the step it would be asked in: 10 MB of tables on Burn's `Lstm` over 1,024 steps,
+    /// where SaveAll's step peaks at 53 MB.
+    pub(crate) fn bound_errors(&mut self) {
+        self.exec.bound_errors();
+    }
+
+    /// Forgets the actions returned so far: [`Dtr::into_schedule`] holds those returned from
+    /// here on only. For a caller that carries out or copies each event's actions as they
+    /// come, and would otherwise hold them twice.
+    pub(crate) fn forget_actions(&mut self) {
+        self.exec.forget_actions();
+        self.mark = 0;
+    }
+
     /// Before the next op is recorded: whether [`Dtr::on_compute`] may keep `value`, one of
     /// that op's inputs, at that op (`false` only where it surely does not), given whether
     /// the op's step reads it and whether a replay of the op reads it (the op replayable).

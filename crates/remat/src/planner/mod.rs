@@ -95,6 +95,7 @@ pub(crate) mod exact;
 mod exec;
 mod feasible;
 mod grads;
+pub(crate) mod grow;
 mod mask;
 pub(crate) mod pinned;
 mod plan;

@@ -117,7 +117,7 @@ impl Node {
 
 /// A recorded training step as the planner sees it: nodes in recording order and the order
 /// of the backward steps. See the module docs of [`planner`](super) for the model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct GraphView {
     // INVARIANT: checked by `check` (see the module docs).
     nodes: Vec<Node>,
@@ -142,7 +142,11 @@ impl GraphView {
     ///
     /// # Errors
     /// [`Error::InvalidView`] when a node or the order breaks the rules in the module docs.
-    pub fn with_step_order(nodes: Vec<Node>, step_order: Vec<u32>) -> Result<Self, Error> {
+    pub fn with_step_order(mut nodes: Vec<Node>, step_order: Vec<u32>) -> Result<Self, Error> {
+        // A view lives as long as its plan, and the engine's lists grow by doubling: the
+        // nodes of Burn's `Lstm` over 128 steps (4,737 ops) had room for 8,192, 0.36 MB
+        // more at the first step's peak under a budget.
+        nodes.shrink_to_fit();
         let view = Self { nodes, step_order };
         view.check()?;
         Ok(view)

@@ -198,7 +198,7 @@ impl Entries {
     pub(super) fn push(&mut self, entry: planner::Node) {
         self.not_lent();
         let Some(followed) = &mut self.followed else {
-            self.listed.push(entry);
+            planner::grow::push(&mut self.listed, entry);
             return;
         };
         let at = followed.len;

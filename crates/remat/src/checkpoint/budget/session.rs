@@ -26,7 +26,7 @@ use super::entries::{Entries, position, view_node};
 use super::state::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
 use crate::counters::KeepReason;
 use crate::graph::{GraphNode, Kept, Node, NodeId, Slot};
-use crate::planner::{self, Action, CachedPlan, Dtr, recorded_as};
+use crate::planner::{self, Action, CachedPlan, Dtr, grow, recorded_as};
 
 thread_local! {
     /// The thread's ops recorded under a budget.
@@ -716,18 +716,19 @@ pub(crate) fn on_record<B: Backend>(
             session.nodes.push(entry.clone());
             Some(entry)
         };
-        session.handles.push(handle);
+        // NOTE [gentle-growth] in `planner/grow.rs`.
+        grow::push(&mut session.handles, handle);
         debug_assert!(
             session.ids.last().is_none_or(|&last| last < id),
             "remat internal error: a session's ops are recorded in the order of their ids"
         );
-        session.ids.push(id);
-        session.quiet.push(quiet);
+        grow::push(&mut session.ids, id);
+        grow::push(&mut session.quiet, quiet);
         if let Some(actions) = planned {
             return Ok(session.to_apply(&actions, index));
         }
         let entry = online.expect("an op the plan does not cover is planned online");
-        match session.dtr.on_compute(entry) {
+        match session.dtr.on_compute_forgetting(entry) {
             Ok(actions) => {
                 let actions = actions.to_vec();
                 Ok(session.to_apply(&actions, index))

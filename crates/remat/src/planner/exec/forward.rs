@@ -4,6 +4,7 @@
 
 use super::evict::Room;
 use super::{Exec, Strategy};
+use crate::planner::grow;
 use crate::planner::simulate::for_each_distinct;
 use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, Forced, Node};
@@ -40,7 +41,7 @@ impl Exec<'_> {
     fn append(&mut self, node: Node) -> Result<u32, Error> {
         let j = self.nodes.len() as u32;
         check_appended(&node, j)?;
-        self.nodes.to_mut().push(node);
+        grow::push(self.nodes.to_mut(), node);
         self.link(j);
         Ok(j)
     }
@@ -52,6 +53,7 @@ impl Exec<'_> {
         let releaser = node.releaser(j) as usize;
         let fixed = node.fixed_bytes;
         if releaser >= self.released.len() {
+            grow::room_for(&mut self.released, releaser + 1);
             self.released.resize(releaser + 1, 0);
         }
         self.released[releaser] += fixed;

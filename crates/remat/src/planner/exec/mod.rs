@@ -47,6 +47,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::analysis::{Analysis, NONE};
+use super::grow::room_for;
 use super::view::rebuildable;
 use super::{Action, Error, GraphView, Node, min_feasible_budget};
 
@@ -137,6 +138,9 @@ pub(crate) struct Exec<'a> {
     decisions: Vec<u8>,
     /// `Hints::keep`.
     keep: Option<Arc<[bool]>>,
+    /// Errors name a lower bound on the smallest budget, not the smallest one (whose bound
+    /// is planning of its own: the caller does not read it).
+    bound_errors: bool,
 }
 
 /// What a planned run does differently (the planner's portfolio variants and search).
@@ -193,6 +197,9 @@ impl<'a> Exec<'a> {
             Some(analysis.clone()),
         );
         exec.planned = true;
+        // The planner's runs only ask whether they fit: the smallest budget is planning of
+        // its own (NOTE \[planner-memory\] in `rotor/solve.rs`).
+        exec.bound_errors = true;
         exec.need = analysis.need.clone();
         exec.consumers = analysis.consumers.clone();
         exec.grow(view.len());
@@ -256,6 +263,7 @@ impl<'a> Exec<'a> {
             free_release: false,
             decisions: Vec::new(),
             keep: None,
+            bound_errors: false,
         }
     }
 
@@ -264,27 +272,43 @@ impl<'a> Exec<'a> {
         if n <= len {
             return;
         }
-        self.consumers.resize(n, Vec::new());
-        self.reads_known.resize(n, 0);
-        self.need.resize(n, 0);
-        self.held.resize(n, false);
-        self.offered.resize(n, false);
-        self.dead.resize(n, false);
-        self.stepped.resize(n, false);
-        self.uses.resize(n, 0);
-        self.last_access.resize(n, 0);
-        self.evicted.resize(n, false);
+        // NOTE [gentle-growth] in `grow.rs`: online, one more value at a time.
+        fn to<T: Clone>(list: &mut Vec<T>, n: usize, value: T) {
+            room_for(list, n);
+            list.resize(n, value);
+        }
+        to(&mut self.consumers, n, Vec::new());
+        to(&mut self.reads_known, n, 0);
+        to(&mut self.need, n, 0);
+        to(&mut self.held, n, false);
+        to(&mut self.offered, n, false);
+        to(&mut self.dead, n, false);
+        to(&mut self.stepped, n, false);
+        to(&mut self.uses, n, 0);
+        to(&mut self.last_access, n, 0);
+        to(&mut self.evicted, n, false);
+        room_for(&mut self.uf_parent, n);
         self.uf_parent.extend(len as u32..n as u32);
-        self.uf_size.resize(n, 1);
-        self.uf_cost.resize(n, 0.0);
-        self.candidate_pos.resize(n, NONE);
-        self.read_cursor.resize(n, 0);
-        self.pinned_now.resize(n, false);
-        self.lost.resize(n, false);
+        to(&mut self.uf_size, n, 1);
+        to(&mut self.uf_cost, n, 0.0);
+        to(&mut self.candidate_pos, n, NONE);
+        to(&mut self.read_cursor, n, 0);
+        to(&mut self.pinned_now, n, false);
+        to(&mut self.lost, n, false);
     }
 
     pub(crate) fn actions(&self) -> &[Action] {
         &self.out
+    }
+
+    /// Forgets the actions written so far (an online run whose caller carried them out).
+    pub(crate) fn forget_actions(&mut self) {
+        self.out.clear();
+    }
+
+    /// Makes errors name a lower bound only (`bound_errors`).
+    pub(crate) fn bound_errors(&mut self) {
+        self.bound_errors = true;
     }
 
     /// The decisions recorded so far (NOTE [decisions]).
@@ -366,12 +390,12 @@ impl<'a> Exec<'a> {
     /// The error for a budget that cannot hold what must be held now plus `needed` bytes.
     fn infeasible(&self, needed: u64) -> Error {
         match &self.view {
-            Some(view) => Error::Infeasible {
+            Some(view) if !self.bound_errors => Error::Infeasible {
                 budget_bytes: self.budget,
                 min_budget_bytes: min_feasible_budget(view),
                 lower_bound: false,
             },
-            None => {
+            _ => {
                 let pinned: u64 = (0..self.nodes.len() as u32)
                     .filter(|&v| self.held[v as usize] && !self.rebuildable(v))
                     .map(|v| self.node(v).bytes)
