@@ -406,30 +406,27 @@ fn lstm_with_a_loss_on_its_last_state_follows_its_plan() {
     check(Model::LstmLast, &[(50, 0.9), (25, 0.65)]);
 }
 
-/// NOTE [planner-memory] in `planner/rotor/solve.rs`: the first step under a new budget of a graph
-/// the thread ran is planned before its first op (NOTE [plan-ahead]), so the planner's
-/// memory is that step's heap too. The chain DP's tables were 2 KiB an op, at least 16 MiB,
-/// and the exact solver of small stages kept dense tables (13.8 MB at 14 ops; NOTE
-/// [sparse-exact] in `planner/exact.rs`): on 128 steps that first step peaked at 2.6-3.8x
-/// SaveAll's heap where the next ones peak at 0.65-0.95x. The graph's very first step under
-/// a budget runs online and peaked at 3.4-4.4x: the same tables, and the session's online
-/// planner and entries held beside the pass's planning and copied by compactions (NOTE
-/// [pass-compaction] in `checkpoint/budget/pass.rs`, NOTE [no-op-compaction] in
-/// `session.rs`); then 1.45-1.57x, and 1.30-1.42x once the pass's online planner resumed
-/// over the view's nodes rather than a copy (`Dtr::resume_over`), the forward pass held in
-/// hand only the inputs its planner may keep (NOTE [in-place-forward] in `session.rs`) and
-/// the session lent its entries to its online planner (NOTE [lent-entries] in
-/// `entries.rs`); its planned steps 0.90-1.02x (FIXME [tape-bytes]).
-/// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at a
-/// quarter of K, the first step's peak (planned ahead from the half-of-K steps' view) is
-/// within 0.2 of SaveAll's of the planned steps' (measured: 0.05 at most until the planned
-/// steps' own bookkeeping shrank, NOTE [shared-constants] in `remat`'s `graph/node.rs` and
-/// NOTE [session-ids] in `budget/session.rs`, by more than the first step's, whose peak is
-/// the planner's memory, whose tables alone may take a quarter of what the steps read: the
-/// `Lstm` on every output 0.71x and 0.67x before, 0.70x and 0.56x after on 32 steps, 0.71x
-/// and 0.56x on 128 in release); at half of K, the graph's first step
-/// is within 0.6 of it (measured: at most 0.50); every step has SaveAll's gradients, within
-/// the budget.
+/// A graph's first step under a budget, and the first under a new budget, against its
+/// planned steps and SaveAll. The very first runs online: its forward pass keeps the
+/// session's online planner beside the kept values, and its backward pass plans from the
+/// state that left. The first under a new budget of a graph the thread ran is planned before
+/// its first op (NOTE [plan-ahead]), so the planner's memory is that step's heap too (NOTE
+/// [planner-memory] in `planner/rotor/solve.rs`).
+///
+/// The very first step at half of K peaked at 1.39x SaveAll's heap on Burn's `Lstm` over 128
+/// steps (4 KiB values, release) and at 1.04-1.17x on 32: the chain DP's tables and the
+/// views it plans on were weighed beside every kept value although online eviction replayed
+/// less (NOTE [online-first] in `planner/backward.rs`), the tables were laid out square
+/// (NOTE [rev-triangle] in `rotor/level.rs`), and the online planner's lists doubled as they
+/// grew and kept the forward pass's actions (NOTE [gentle-growth] in `planner/grow.rs`).
+/// Measured now: 0.93-1.03x on 32 steps (debug), 0.93-1.07x on 128 (release); the planned
+/// steps 0.78-0.84x.
+///
+/// Asserted for Burn's `Lstm` and `Gru`, the loss on the last and on every output: at half
+/// of K, the graph's first step peaks within 1.1x SaveAll's heap and within 0.3 of its
+/// planned steps; at a quarter, the first step (planned ahead from the half-of-K steps'
+/// view) within 0.2 of them (measured: 0.14 at most); every step has SaveAll's gradients,
+/// within the budget.
 #[test]
 fn a_new_budget_s_first_step_peaks_as_its_planned_steps_do() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -466,11 +463,16 @@ fn first_step_against_planned(net: &Net, x: &Tensor<3>, model: Model) {
             runs[0].replays, runs[2].replays
         );
         // The graph's first step under any budget runs online (FIXME [tape-bytes]).
-        let over = if percent == 50 { 0.6 } else { 0.2 };
+        let over = if percent == 50 { 0.3 } else { 0.2 };
         assert!(
             first <= planned + over,
             "{model:?} at {percent}% of K: the first step under the budget peaked at \
              {first:.2}x SaveAll's heap, its planned steps at {planned:.2}x"
+        );
+        assert!(
+            first <= 1.1,
+            "{model:?} at {percent}% of K: the first step under the budget peaked at \
+             {first:.2}x SaveAll's heap"
         );
     }
 }

@@ -11,11 +11,13 @@
 //! - **Online**: Revolve per segment on a chain (NOTE \[resume-chain\] in `revolve.rs`), the
 //!   chain's DP on a long chain of blocks ([`chain_resume`], over [`LONG_CHAIN`] ops: NOTE
 //!   \[rotor\] in `rotor/mod.rs`), and online eviction resumed over the view ([`Dtr`]),
-//!   abandoned once it replays more than the best of the others; the cheapest wins.
+//!   abandoned once it replays more than the best of the others; the cheapest wins. On a
+//!   long view the chain's DP is planned only where online eviction replays more than four
+//!   forward passes (NOTE [online-first]: its planning is part of the step's peak).
 //! - **The lean state**, when nothing fits online: every held value that can be rebuilt is
 //!   dropped, then the cheapest of the chain's DP, the whole-step plan run once more
 //!   ([`replay_plan`], NOTE \[replay-plan\] in `resume.rs`) and the online eviction (again
-//!   abandoned past the others' cost).
+//!   abandoned past the others' cost; on a long view run first, as online).
 //! - **Too small**: the smallest budget that works from the lean state, by bisection
 //!   (planning only), in the error.
 //!
@@ -29,7 +31,7 @@ use std::ops::Range;
 
 use super::resume::{chain_resume, replay_plan};
 use super::rotor::LONG_CHAIN;
-use super::{Action, Dtr, Error, GraphView, Node, Schedule, revolve, smallest_budget};
+use super::{Action, Dtr, Error, GraphView, Node, Schedule, grow, revolve, smallest_budget};
 
 /// Online eviction resumed over a pass ([`online_steps`]): its actions, and for each step
 /// of the view's step order the range of them to carry out before finishing that step (the
@@ -85,7 +87,8 @@ fn replay_cost(nodes: &[Node], actions: &[Action]) -> f64 {
 /// [`plan_backward`] as `made`.
 ///
 /// # Errors
-/// As [`Dtr::resume_over`], [`Dtr::begin_backward`] and [`Dtr::on_step`].
+/// As [`Dtr::resume_over`], [`Dtr::begin_backward`] and [`Dtr::on_step`], naming a lower bound
+/// on the smallest budget ([`Dtr::bound_errors`]).
 pub(crate) fn online_steps(
     view: &GraphView,
     held: &[u32],
@@ -106,6 +109,7 @@ fn online_within(
     // `Lstm`, 128 steps: the step's own heap was 6.1 MB), and its backward over the view
     // itself (NOTE [resume-view] in `exec/backward.rs`).
     let mut dtr = Dtr::resume_over_view(budget, view, held)?;
+    dtr.bound_errors();
     let nodes = view.nodes();
     let steps = view.step_order().len();
     let mut ranges: Vec<Range<u32>> = Vec::with_capacity(steps);
@@ -113,11 +117,16 @@ fn online_within(
     let mut start = 0;
     let mut replayed = replay_cost(nodes, &actions);
     for _ in 0..steps {
+        // Each step's actions are copied here, not held by the planner too (NOTE
+        // [online-first]); the copy grows gently (NOTE [gentle-growth] in `grow.rs`).
+        dtr.forget_actions();
         let step = dtr.on_step()?;
         replayed += replay_cost(nodes, step);
         if replayed > limit {
             return Ok(None);
         }
+        let len = actions.len() + step.len();
+        grow::room_for(&mut actions, len);
         actions.extend_from_slice(step);
         let end = u32::try_from(actions.len())
             .expect("remat internal error: a pass of more than u32::MAX actions");
@@ -177,48 +186,100 @@ pub(crate) fn plan_backward(
     })
 }
 
-/// The cheapest plan from the held state: Revolve or the chain's DP, and online eviction
-/// abandoned once it replays more than they do.
+/// NOTE [online-first]: the pass runs in the step it plans for, beside every value the
+/// forward pass kept, so what the planner holds while it weighs the ways of resuming is part
+/// of the step's peak (NOTE \[planner-memory\] in `rotor/solve.rs`). Online eviction and
+/// Revolve need a few arrays of the view's length; the chain's DP and the whole-step plan
+/// replayed need the view again (reduced, made of tuples), their tables and schedules. On
+/// Burn's `Lstm` under half of K (4 KiB values) that planning was 2.9 MB of a first step
+/// that peaked at 1.2x SaveAll's heap on 128 steps (on 1,024 steps, from the lean state,
+/// 1.17x), and online eviction won each time. So online eviction runs before them, and they
+/// are weighed only where it replays more than [`ONLINE_ENOUGH`] forward passes (or cannot
+/// go on, from the lean state). Revolve is weighed first, as before: it is cheap to plan.
+const ONLINE_ENOUGH: f64 = 4.0;
+
+/// The cheapest plan from the held state: Revolve, online eviction where it replays less
+/// and at most [`ONLINE_ENOUGH`] forward passes (NOTE [online-first]), else also the chain's
+/// DP on a long chain of blocks, online eviction abandoned once it replays more than the
+/// others.
 fn online(
     view: &GraphView,
     held: &[u32],
     budget: u64,
     made: Option<OnlineSteps>,
 ) -> Result<BackwardPlan, Error> {
-    // NOTE [resume-chain] in `revolve.rs`: on a chain, Revolve per segment from this
-    // state; the online plan is abandoned once it replays more.
+    let nodes = view.nodes();
+    let cost_of = |plan: &Option<(Schedule, f64)>| plan.as_ref().map_or(f64::INFINITY, |p| p.1);
+    // NOTE [resume-chain] in `revolve.rs`: on a chain, Revolve per segment from this state.
+    let revolve = revolve::resume(view, held, budget);
     // NOTE [rotor] in `rotor/mod.rs`: on a long chain of blocks, the chain's DP from this
     // state with the held values dropped, when it replays less (on a short one the online
     // plan is near it, and the DP's tables would be planner memory held beside every kept
     // value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
-    let resumed = revolve::resume(view, held, budget);
-    let chain = (view.len() > LONG_CHAIN)
-        .then(|| chain_resume(view, held, budget))
-        .flatten();
-    let resumed = match (resumed, chain) {
+    let long = view.len() > LONG_CHAIN;
+    let enough = if long {
+        ONLINE_ENOUGH * nodes.iter().map(|n| n.cost).sum::<f64>()
+    } else {
+        f64::INFINITY
+    };
+    let first_limit = cost_of(&revolve).min(enough);
+    // Made for this state and this budget, without a limit; else made within the limit.
+    let first = match made {
+        Some(steps) => Ok(Some(steps)),
+        None => online_within(view, held, budget, first_limit),
+    };
+    let first = match first {
+        Ok(Some(steps)) if steps.replay_cost(nodes) <= first_limit => {
+            return Ok(BackwardPlan::Online(steps));
+        }
+        // Online eviction cannot go on from here: Revolve may, from the values held. The
+        // chain's DP drops them all, as the lean state does, where [`plan_backward`] goes
+        // next.
+        Err(error) => {
+            return revolve
+                .map(|(schedule, _)| BackwardPlan::Whole(schedule))
+                .ok_or(error);
+        }
+        other => other,
+    };
+    let chain = long.then(|| chain_resume(view, held, budget)).flatten();
+    let best = match (revolve, chain) {
         (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
         (r, c) => r.or(c),
     };
-    let limit = resumed.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-    let attempt = match made {
-        // Made for this state and this budget, without a limit.
-        Some(steps) => Ok((steps.replay_cost(view.nodes()) <= limit).then_some(steps)),
-        None => online_within(view, held, budget, limit),
+    let limit = cost_of(&best);
+    let attempt = match first {
+        // Made without a limit: weighed as it is.
+        Ok(Some(steps)) => (steps.replay_cost(nodes) <= limit).then_some(steps),
+        // Abandoned past `enough`: it may still replay less than the others.
+        Ok(None) if limit > first_limit => online_within(view, held, budget, limit).ok().flatten(),
+        _ => None,
     };
-    match (attempt, resumed) {
-        (Ok(Some(steps)), _) => Ok(BackwardPlan::Online(steps)),
-        (Err(error), None) => Err(error),
-        (Ok(None), None) => unreachable!("only a limit abandons a plan"),
-        (_, Some((schedule, _))) => Ok(BackwardPlan::Whole(schedule)),
+    match (attempt, best) {
+        (Some(steps), _) => Ok(BackwardPlan::Online(steps)),
+        (None, Some((schedule, _))) => Ok(BackwardPlan::Whole(schedule)),
+        (None, None) => unreachable!("only a limit abandons a plan"),
     }
 }
 
-/// The cheapest plan from the lean state (`pinned` held, every other value dropped): a
-/// chain of blocks (NOTE \[rotor\]: its smallest budget does not grow with the chain's
-/// length, the online eviction's does), the whole-step plan run once more (NOTE
-/// \[replay-plan\] in `resume.rs`), and online eviction, abandoned once it replays more.
-/// `None` when none fits.
+/// The cheapest plan from the lean state (`pinned` held, every other value dropped): online
+/// eviction where it replays at most [`ONLINE_ENOUGH`] forward passes on a long view (NOTE
+/// [online-first]), else the cheapest of a chain of blocks (NOTE \[rotor\]: its smallest
+/// budget does not grow with the chain's length, the online eviction's does), the whole-step
+/// plan run once more (NOTE \[replay-plan\] in `resume.rs`), and online eviction, abandoned
+/// once it replays more. `None` when none fits.
 fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
+    // On a short view the others' planning is small: online eviction goes last, as it
+    // does in [`online`].
+    let enough = if view.len() > LONG_CHAIN {
+        ONLINE_ENOUGH * view.nodes().iter().map(|n| n.cost).sum::<f64>()
+    } else {
+        0.0
+    };
+    let first = online_within(view, pinned, budget, enough);
+    if let Ok(Some(steps)) = first {
+        return Some(BackwardPlan::Online(steps));
+    }
     let planned = [
         chain_resume(view, pinned, budget),
         replay_plan(view, pinned, budget),
@@ -227,7 +288,12 @@ fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
     .flatten()
     .min_by(|a, b| a.1.total_cmp(&b.1));
     let limit = planned.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
-    match online_within(view, pinned, budget, limit) {
+    let attempt = match first {
+        // Abandoned past `enough`: it may still replay less than the others.
+        Ok(None) if limit > enough => online_within(view, pinned, budget, limit),
+        other => other,
+    };
+    match attempt {
         Ok(Some(steps)) => Some(BackwardPlan::Online(steps)),
         Ok(None) => Some(BackwardPlan::Whole(
             planned.expect("a limit comes from a plan").0,

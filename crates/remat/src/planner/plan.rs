@@ -453,7 +453,7 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
         if let Some((schedule, work)) = planned {
             best.work.runs += work.runs;
             best.work.units += work.units;
-            best.consider(tupled.translated(view.len(), &schedule));
+            best.consider(tupled.translated(view.len(), schedule));
         }
         return;
     }

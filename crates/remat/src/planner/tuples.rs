@@ -284,8 +284,12 @@ impl Tupled {
     /// [`rotor::resume`] on the augmented view (NOTE \[tuple-cuts\]): from a forward pass
     /// that kept `held` (real indices), under `budget`; the schedule translated and checked
     /// on the real `view`, with its replay cost.
+    ///
+    /// It runs in the step it plans for (NOTE \[planner-memory\] in `rotor/solve.rs`): the
+    /// augmented view goes before the schedule is translated, and the augmented schedule is
+    /// not simulated (the translation is).
     pub(crate) fn resume(
-        &self,
+        mut self,
         view: &GraphView,
         held: &[u32],
         budget: u64,
@@ -293,8 +297,9 @@ impl Tupled {
     ) -> Option<(Schedule, f64)> {
         let room = budget.checked_sub(self.moved_fixed)?;
         let held: Vec<u32> = held.iter().map(|&h| self.index[h as usize]).collect();
-        let (schedule, _) = rotor::resume(&self.view, &held, room, planner)?;
-        let schedule = self.translated(view.len(), &schedule);
+        let schedule = rotor::resume_schedule(&self.view, &held, room, planner)?;
+        self.view = GraphView::default();
+        let schedule = self.translated(view.len(), schedule);
         let cost = super::simulate(view, &schedule, budget)
             .ok()?
             .recompute_cost;
@@ -303,7 +308,11 @@ impl Tupled {
 
     /// `schedule` (for the augmented view) translated for the real view (NOTE
     /// \[tuple-cuts\]).
-    pub(crate) fn translated(&self, real_len: usize, schedule: &Schedule) -> Schedule {
+    ///
+    /// The augmented schedule goes before the translation's keeps are merged in: the
+    /// first step under a budget translates in the step it plans for (NOTE
+    /// \[planner-memory\] in `rotor/solve.rs`).
+    pub(crate) fn translated(&self, real_len: usize, schedule: Schedule) -> Schedule {
         let mut holds = vec![0u32; real_len];
         let mut was_held = vec![false; real_len];
         // Where a value was dropped in the forward pass, and the drops a later keep cancels.
@@ -400,6 +409,7 @@ impl Tupled {
                 step_then_drop(&mut out, &mut holds, &mut gone, s);
             }
         }
+        drop(schedule);
         cancelled.sort_unstable();
         Schedule::new(with_inserted(&out, keep_after, &cancelled))
     }

@@ -185,31 +185,44 @@ pub(crate) fn resume(
     budget: u64,
     planner: Planner,
 ) -> Option<(Schedule, f64)> {
-    let stages = stages_of(view, planner)?;
-    let mut held = held.to_vec();
-    held.sort_unstable();
-    held.dedup();
-    let mut body = match Rotor::for_resume(view, &stages, budget).and_then(|r| r.lean_schedule()) {
-        Some(schedule) => schedule,
-        None if budget >= min_budget(view, &stages) => lean_chain(view, &stages),
-        None => return None,
-    };
-    let actions = std::mem::take(&mut body).into_actions();
-    let n = view.len();
-    let mut out = Vec::with_capacity(actions.len() + 2 * held.len());
-    for &a in &actions[..n] {
-        out.push(a);
-        if let Action::Compute(i) = a
-            && held.binary_search(&i).is_ok()
-        {
-            out.push(Action::Keep(i));
-        }
-    }
-    out.extend(held.iter().map(|&h| Action::Free(h)));
-    out.extend_from_slice(&actions[n..]);
-    let schedule = Schedule::new(out);
+    let schedule = resume_schedule(view, held, budget, planner)?;
     let cost = super::simulate(view, &schedule, budget)
         .ok()?
         .recompute_cost;
     Some((schedule, cost))
+}
+
+/// [`resume`]'s schedule, not checked (a caller that translates it checks the translation).
+/// It runs in the step it plans for (NOTE \[planner-memory\] in `solve.rs`): the held
+/// values' keeps and drops go into the DP's schedule in place, not into a copy of it (0.7
+/// MB of the first step's peak on Burn's `Lstm` on every output, 128 steps).
+pub(crate) fn resume_schedule(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+    planner: Planner,
+) -> Option<Schedule> {
+    let stages = stages_of(view, planner)?;
+    let mut held = held.to_vec();
+    held.sort_unstable();
+    held.dedup();
+    let body = match Rotor::for_resume(view, &stages, budget).and_then(|r| r.lean_schedule()) {
+        Some(schedule) => schedule,
+        None if budget >= min_budget(view, &stages) => lean_chain(view, &stages),
+        None => return None,
+    };
+    let mut actions = body.into_actions();
+    let n = view.len();
+    let mut head = Vec::with_capacity(n + 2 * held.len());
+    for &a in &actions[..n] {
+        head.push(a);
+        if let Action::Compute(i) = a
+            && held.binary_search(&i).is_ok()
+        {
+            head.push(Action::Keep(i));
+        }
+    }
+    head.extend(held.iter().map(|&h| Action::Free(h)));
+    actions.splice(..n, head);
+    Some(Schedule::new(actions))
 }
