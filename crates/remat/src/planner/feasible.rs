@@ -199,3 +199,38 @@ impl<'a> Bounds<'a> {
             .fold(self.forward_end, u64::max)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Analysis, Bounds};
+    use crate::planner::{GraphView, Node};
+
+    /// The segment tree's range maximum is the plain maximum of the live bytes over every
+    /// range, on a length that is not a power of two and on one element.
+    #[test]
+    fn the_live_range_maximum_is_the_maximum_over_the_range() {
+        for n in [1u32, 2, 37, 64] {
+            // Each op reads the two before it, sizes vary: the live bytes rise and fall.
+            let nodes: Vec<Node> = (0..n)
+                .map(|i| {
+                    let inputs: Vec<u32> = (i.saturating_sub(2)..i).collect();
+                    Node::new("f", u64::from(i * 7919 % 97 + 1), 1.0)
+                        .inputs(inputs.clone())
+                        .step_reads(inputs)
+                })
+                .collect();
+            let view = GraphView::new(nodes).unwrap();
+            let analysis = Analysis::new(&view);
+            let bounds = Bounds::new(&view, &analysis);
+            let n = n as usize;
+            let live = &bounds.live_max[n..];
+            assert!(n < 3 || live.iter().any(|&b| b > 0));
+            for a in 0..n {
+                for b in a..n {
+                    let expected = live[a..=b].iter().copied().max().unwrap();
+                    assert_eq!(bounds.live_range_max(a, b), expected, "{a}..={b} of {n}");
+                }
+            }
+        }
+    }
+}

@@ -122,8 +122,16 @@ fn a_state_that_does_not_fit_runs_from_the_lean_state() {
     let view = chain(20, true);
     let held: Vec<u32> = (0..20).collect();
     let budget = 6 * 8;
+    // Its error names a lower bound, not the smallest budget, whose bound is planning of
+    // its own (`Dtr::bound_errors`).
     assert!(
-        online_steps(&view, &held, budget).is_err(),
+        matches!(
+            online_steps(&view, &held, budget),
+            Err(Error::Infeasible {
+                lower_bound: true,
+                ..
+            })
+        ),
         "no online plan from it"
     );
     let (plan, dropped) = planned(&view, &held, budget, None);
@@ -257,4 +265,77 @@ fn the_cheaper_of_revolve_s_resumed_schedule_and_online_eviction_runs() {
         let outcome = simulate(&view, &whole_step(&view, &held, &plan), budget).unwrap();
         assert_eq!(outcome.recompute_cost, dtr_cost);
     }
+}
+
+/// `blocks` residual blocks `y = x + gelu(matmul(x))` of 1 KiB values, the matmul costing 4,
+/// the others 1: a chain of blocks over 2,000 ops (the chain's DP is weighed on it) that is
+/// not Revolve's chain (the add reads the block's input).
+fn residual_blocks(blocks: u32) -> GraphView {
+    const V: u64 = 1 << 10;
+    let mut nodes = Vec::new();
+    for b in 0..blocks {
+        let x: Vec<u32> = if b == 0 { vec![] } else { vec![3 * b - 1] };
+        let mm = 3 * b;
+        nodes.push(
+            Node::new("matmul", V, 4.0)
+                .inputs(x.clone())
+                .step_reads(x.clone()),
+        );
+        nodes.push(Node::new("gelu", V, 1.0).inputs([mm]).step_reads([mm]));
+        let mut both = x;
+        both.push(mm + 1);
+        nodes.push(Node::new("add", V, 1.0).inputs(both));
+    }
+    GraphView::new(nodes).unwrap()
+}
+
+/// NOTE [online-first] in `backward.rs`: on a long chain of blocks, online eviction runs
+/// first and, where it replays at most four forward passes, is taken without the chain's
+/// DP being planned beside the held values, even where the DP would replay less; past four
+/// passes the DP is weighed and the cheaper runs.
+#[test]
+fn online_eviction_within_four_forward_passes_runs_before_the_chain_s_dp() {
+    let view = residual_blocks(700);
+    assert!(view.len() > 2_000);
+    let forward: f64 = view.nodes().iter().map(|n| n.cost).sum();
+    assert!(
+        revolve::resume(&view, &[], 1 << 20).is_none(),
+        "not Revolve's chain"
+    );
+    // Every block's output held, room for a block more: each block is rebuilt from its
+    // input once, well within four forward passes.
+    let held: Vec<u32> = (0..700).map(|b| 3 * b + 2).collect();
+    let budget = (700 + 4) << 10;
+    let (plan, dropped) = planned(&view, &held, budget, None);
+    assert!(dropped.is_empty());
+    let plan = plan.expect("the held state fits");
+    let BackwardPlan::Online(_) = &plan else {
+        panic!("the chain's DP was planned where online eviction replays within four passes");
+    };
+    let outcome = simulate(&view, &whole_step(&view, &held, &plan), budget).unwrap();
+    assert!(outcome.peak_bytes <= budget);
+    assert!(
+        outcome.recompute_cost <= 4.0 * forward,
+        "{} against a forward pass of {forward}",
+        outcome.recompute_cost
+    );
+    // Nothing held and room for 32 of the 2,100 values: online eviction replays past four
+    // forward passes (it rebuilds from far back), the DP's checkpoints about half as much.
+    let budget = 32 << 10;
+    let dtr = online_steps(&view, &[], budget).unwrap();
+    let dtr_cost = dtr.replay_cost(view.nodes());
+    assert!(dtr_cost > 4.0 * forward, "{dtr_cost} against {forward}");
+    let (plan, dropped) = planned(&view, &[], budget, None);
+    assert!(dropped.is_empty());
+    let plan = plan.expect("the DP fits");
+    let BackwardPlan::Whole(_) = &plan else {
+        panic!("online eviction ran past four forward passes where the DP replays less");
+    };
+    let outcome = simulate(&view, &whole_step(&view, &[], &plan), budget).unwrap();
+    assert!(outcome.peak_bytes <= budget);
+    assert!(
+        outcome.recompute_cost < dtr_cost,
+        "{} against online eviction's {dtr_cost}",
+        outcome.recompute_cost
+    );
 }
