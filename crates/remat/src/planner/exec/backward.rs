@@ -8,11 +8,36 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::evict::Room;
-use super::{Exec, Strategy};
+use super::{Exec, ReleasePlan, Strategy};
 use crate::planner::analysis::{Analysis, NONE};
 use crate::planner::simulate::for_each_distinct;
 use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, GraphView};
+
+/// The backward pass's progress and the current step's sweep (this file; `evict.rs` and
+/// `release.rs` read it, and the sweep's eviction scores set `replaying`).
+#[derive(Default)]
+pub(super) struct Sweep {
+    /// Whether the backward pass started.
+    pub(super) in_backward: bool,
+    /// The next step's position in the step order.
+    pub(super) step_pos: usize,
+    /// Whether each node's step ran.
+    pub(super) stepped: Vec<bool>,
+    /// Per value, how far `Exec::next_read` went in its read positions.
+    pub(super) read_cursor: Vec<u32>,
+    /// Where the current step's actions start.
+    pub(super) step_start: usize,
+    /// INVARIANT: zero outside a sweep; inside, the sweep's remaining reads of each value
+    /// (module docs, `# Invariants`).
+    pub(super) uses: Vec<u32>,
+    /// The value the sweep is about to replay, and (while its consumable inputs are
+    /// scored) the consumer `distance` leaves out.
+    pub(super) current_replay: Option<u32>,
+    pub(super) replaying: Option<u32>,
+    /// Release plans of the pinned inputs the current replay may take.
+    pub(super) releases: Vec<(u32, ReleasePlan)>,
+}
 
 impl<'a> Exec<'a> {
     /// The whole graph is `view`, whose nodes this executor was resumed over: the backward
@@ -22,10 +47,10 @@ impl<'a> Exec<'a> {
     /// When the executor's nodes are not the view's.
     pub(crate) fn know_view(&mut self, view: &'a GraphView) {
         assert!(
-            std::ptr::eq(self.nodes.as_ref(), view.nodes()),
+            std::ptr::eq(self.graph.nodes.as_ref(), view.nodes()),
             "remat internal error: an executor told of a view over other nodes"
         );
-        self.view = Some(Cow::Borrowed(view));
+        self.graph.view = Some(Cow::Borrowed(view));
     }
 
     /// Starts the backward pass of an online run: the whole graph is known now, its step
@@ -35,12 +60,12 @@ impl<'a> Exec<'a> {
     /// When the executor knows its view already ([`Exec::begin_backward_over_view`]).
     pub(crate) fn begin_backward(&mut self, step_order: Vec<u32>) -> Result<(), Error> {
         assert!(
-            self.view.is_none(),
+            self.graph.view.is_none(),
             "remat internal error: an executor that knows its view is given a step order"
         );
-        let view = GraphView::with_step_order(self.nodes.to_vec(), step_order)?;
-        self.analysis = Some(Arc::new(Analysis::new(&view)));
-        self.view = Some(Cow::Owned(view));
+        let view = GraphView::with_step_order(self.graph.nodes.to_vec(), step_order)?;
+        self.graph.analysis = Some(Arc::new(Analysis::new(&view)));
+        self.graph.view = Some(Cow::Owned(view));
         self.enter_backward();
         Ok(())
     }
@@ -51,15 +76,16 @@ impl<'a> Exec<'a> {
     /// # Panics
     /// When the executor knows no view ([`Exec::begin_backward`]).
     pub(crate) fn begin_backward_over_view(&mut self) {
-        if self.analysis.is_none() {
+        if self.graph.analysis.is_none() {
             // NOTE [resume-view]: resumed over a view's nodes, the backward pass copied them
             // into a view of its own (0.12 MB of a 2.0 MB first step on Burn's `Lstm` under
             // half of K, 32 steps, where the pass plans from the online state).
             let view = self
+                .graph
                 .view
                 .as_deref()
                 .expect("remat internal error: an executor without a view begins backward");
-            self.analysis = Some(Arc::new(Analysis::new(view)));
+            self.graph.analysis = Some(Arc::new(Analysis::new(view)));
         }
         self.enter_backward();
     }
@@ -68,34 +94,35 @@ impl<'a> Exec<'a> {
     /// the steps need, and values nothing reads die.
     fn enter_backward(&mut self) {
         let analysis = self
+            .graph
             .analysis
             .clone()
             .expect("remat internal error: analysis is set");
-        self.in_backward = true;
-        if !self.planned {
+        self.sweep.in_backward = true;
+        if !self.knobs.planned {
             // Online, the forward pass counted what might be needed; now it is known. A
             // pinned value will never be rebuilt: its inputs do not count it; a lost value
             // is never read again.
-            self.need = analysis.need.clone();
-            for w in 0..self.nodes.len() {
-                if self.lost[w] {
+            self.life.need = analysis.need.clone();
+            for w in 0..self.graph.nodes.len() {
+                if self.life.lost[w] {
                     // Never read again (`settle_lost`).
-                    self.dead[w] = true;
+                    self.life.dead[w] = true;
                 }
-                let never_rebuilt = self.pinned_now[w] || self.lost[w];
-                if never_rebuilt && analysis.need[w] > 0 && rebuildable(&self.nodes[w]) {
-                    for k in 0..self.nodes[w].inputs.len() {
-                        let x = self.nodes[w].inputs[k];
-                        if !self.nodes[w].inputs[..k].contains(&x) {
-                            self.need[x as usize] -= 1;
+                let never_rebuilt = self.life.pinned_now[w] || self.life.lost[w];
+                if never_rebuilt && analysis.need[w] > 0 && rebuildable(&self.graph.nodes[w]) {
+                    for k in 0..self.graph.nodes[w].inputs.len() {
+                        let x = self.graph.nodes[w].inputs[k];
+                        if !self.graph.nodes[w].inputs[..k].contains(&x) {
+                            self.life.need[x as usize] -= 1;
                         }
                     }
                 }
             }
         }
         let mut dying = Vec::new();
-        for v in 0..self.nodes.len() as u32 {
-            if self.need[v as usize] > 0 || self.dead[v as usize] {
+        for v in 0..self.graph.nodes.len() as u32 {
+            if self.life.need[v as usize] > 0 || self.life.dead[v as usize] {
                 continue;
             }
             if analysis.need[v as usize] > 0 {
@@ -104,16 +131,16 @@ impl<'a> Exec<'a> {
                 dying.push(v);
             } else {
                 // Never needed: nothing counts it.
-                self.dead[v as usize] = true;
-                if self.held[v as usize] {
-                    self.out.push(Action::Free(v));
+                self.life.dead[v as usize] = true;
+                if self.acct.held[v as usize] {
+                    self.report.out.push(Action::Free(v));
                     self.release(v);
                 }
                 self.unmark_evicted(v);
             }
         }
         self.die(dying);
-        for v in 0..self.nodes.len() as u32 {
+        for v in 0..self.graph.nodes.len() as u32 {
             self.try_release(v);
         }
     }
@@ -121,47 +148,48 @@ impl<'a> Exec<'a> {
     /// Runs the next backward step.
     pub(crate) fn step(&mut self) -> Result<(), Error> {
         let view = self
+            .graph
             .view
             .as_ref()
             .expect("remat internal error: backward runs on a known graph");
         let s = *view
             .step_order()
-            .get(self.step_pos)
+            .get(self.sweep.step_pos)
             .expect("remat internal error: a step after the last one");
         let mut reads: Vec<u32> = Vec::new();
         for_each_distinct(&self.node(s).step_reads, |r| reads.push(r));
         self.now += 1;
-        self.step_start = self.out.len();
-        let fell_back = match self.strategy {
+        self.sweep.step_start = self.report.out.len();
+        let fell_back = match self.knobs.strategy {
             Strategy::Lean => true,
             _ => self.sweep(&reads).is_err(),
         };
         if fell_back {
-            if self.strategy != Strategy::Lean {
-                self.work.fallbacks += 1;
+            if self.knobs.strategy != Strategy::Lean {
+                self.report.work.fallbacks += 1;
             }
             self.lean_sweep(&reads)?;
         }
-        self.out.push(Action::Step(s));
-        self.work.units += 1;
-        self.stepped[s as usize] = true;
-        self.held_bytes -= self.released[s as usize];
+        self.report.out.push(Action::Step(s));
+        self.report.work.units += 1;
+        self.sweep.stepped[s as usize] = true;
+        self.acct.held_bytes -= self.graph.released[s as usize];
         let mut dying = Vec::new();
         for &r in &reads {
-            self.uses[r as usize] -= 1;
-            self.last_access[r as usize] = self.now;
-            self.need[r as usize] -= 1;
-            if self.need[r as usize] == 0 {
+            self.sweep.uses[r as usize] -= 1;
+            self.acct.last_access[r as usize] = self.now;
+            self.life.need[r as usize] -= 1;
+            if self.life.need[r as usize] == 0 {
                 dying.push(r);
             }
         }
-        if self.need[s as usize] == 0 && !self.dead[s as usize] {
+        if self.life.need[s as usize] == 0 && !self.life.dead[s as usize] {
             dying.push(s);
         }
         self.die(dying);
-        self.step_pos += 1;
-        let start = self.step_start;
-        let replayed: Vec<u32> = self.out[start..]
+        self.sweep.step_pos += 1;
+        let start = self.sweep.step_start;
+        let replayed: Vec<u32> = self.report.out[start..]
             .iter()
             .filter_map(|a| match a {
                 Action::Replay(x) => Some(*x),
@@ -172,14 +200,14 @@ impl<'a> Exec<'a> {
             self.try_release(r);
         }
         for x in replayed {
-            if self.held[x as usize] {
+            if self.acct.held[x as usize] {
                 self.release_above(x);
             }
         }
-        if self.strategy == Strategy::Lean {
+        if self.knobs.strategy == Strategy::Lean {
             for &r in &reads {
-                if self.held[r as usize] && self.rebuildable(r) {
-                    self.out.push(Action::Free(r));
+                if self.acct.held[r as usize] && self.rebuildable(r) {
+                    self.report.out.push(Action::Free(r));
                     self.release(r);
                     self.mark_evicted(r);
                 }
@@ -191,19 +219,19 @@ impl<'a> Exec<'a> {
     /// Frees the values in `dying` and everything that dies with them (NOTE [need]).
     pub(super) fn die(&mut self, mut dying: Vec<u32>) {
         while let Some(v) = dying.pop() {
-            if std::mem::replace(&mut self.dead[v as usize], true) {
+            if std::mem::replace(&mut self.life.dead[v as usize], true) {
                 continue;
             }
-            if self.held[v as usize] {
-                self.out.push(Action::Free(v));
+            if self.acct.held[v as usize] {
+                self.report.out.push(Action::Free(v));
                 self.release(v);
             }
             self.unmark_evicted(v);
             if self.rebuildable(v) {
-                let node = &self.nodes[v as usize];
+                let node = &self.graph.nodes[v as usize];
                 for_each_distinct(&node.inputs, |u| {
-                    self.need[u as usize] -= 1;
-                    if self.need[u as usize] == 0 {
+                    self.life.need[u as usize] -= 1;
+                    if self.life.need[u as usize] == 0 {
                         dying.push(u);
                     }
                 });
@@ -218,29 +246,31 @@ impl<'a> Exec<'a> {
         let mut stack: Vec<u32> = reads
             .iter()
             .copied()
-            .filter(|&r| !self.held[r as usize])
+            .filter(|&r| !self.acct.held[r as usize])
             .collect();
         while let Some(v) = stack.pop() {
-            self.work.units += 1;
-            if self.held[v as usize] || self.uses[v as usize] == NONE {
+            self.report.work.units += 1;
+            if self.acct.held[v as usize] || self.sweep.uses[v as usize] == NONE {
                 continue;
             }
             assert!(
-                self.rebuildable(v) && !self.dead[v as usize] && !self.stepped[v as usize],
+                self.rebuildable(v)
+                    && !self.life.dead[v as usize]
+                    && !self.sweep.stepped[v as usize],
                 "remat internal error: value {v} is needed but can no longer be rebuilt \
                  (a pinned value was dropped while needed)"
             );
             // Mark as visited with a sentinel; reset below.
-            self.uses[v as usize] = NONE;
+            self.sweep.uses[v as usize] = NONE;
             closure.push(v);
-            for &u in &self.nodes[v as usize].inputs {
-                if !self.held[u as usize] && self.uses[u as usize] != NONE {
+            for &u in &self.graph.nodes[v as usize].inputs {
+                if !self.acct.held[u as usize] && self.sweep.uses[u as usize] != NONE {
                     stack.push(u);
                 }
             }
         }
         for &v in &closure {
-            self.uses[v as usize] = 0;
+            self.sweep.uses[v as usize] = 0;
         }
         closure.sort_unstable();
         closure
@@ -249,11 +279,11 @@ impl<'a> Exec<'a> {
     /// Locks the sweep's reads: every input of a closure value, and the step's reads.
     fn lock(&mut self, closure: &[u32], reads: &[u32]) {
         for &x in closure {
-            let node = &self.nodes[x as usize];
-            for_each_distinct(&node.inputs, |u| self.uses[u as usize] += 1);
+            let node = &self.graph.nodes[x as usize];
+            for_each_distinct(&node.inputs, |u| self.sweep.uses[u as usize] += 1);
         }
         for &r in reads {
-            self.uses[r as usize] += 1;
+            self.sweep.uses[r as usize] += 1;
         }
     }
 
@@ -274,8 +304,8 @@ impl<'a> Exec<'a> {
             let bytes = self.node(x).bytes;
             if eager {
                 let freed: u64 = consumable.iter().map(|&u| self.node(u).bytes).sum();
-                if self.held_bytes - freed + bytes > self.budget {
-                    self.releases.clear();
+                if self.acct.held_bytes - freed + bytes > self.knobs.budget {
+                    self.sweep.releases.clear();
                     self.unlock(&closure[k..], reads);
                     return Err(Room::NoRoom);
                 }
@@ -284,24 +314,25 @@ impl<'a> Exec<'a> {
             }
             // The frontiers of the releases the replay may make stay held meanwhile.
             let frontier: Vec<u32> = self
+                .sweep
                 .releases
                 .iter()
                 .flat_map(|(_, plan)| plan.frontier.iter().copied())
                 .filter(|&w| w != x)
                 .collect();
             for &w in &frontier {
-                self.uses[w as usize] += 1;
+                self.sweep.uses[w as usize] += 1;
             }
-            self.current_replay = Some(x);
+            self.sweep.current_replay = Some(x);
             let room = self.make_room(bytes, &consumable, None);
-            self.current_replay = None;
+            self.sweep.current_replay = None;
             for &w in &frontier {
-                self.uses[w as usize] -= 1;
+                self.sweep.uses[w as usize] -= 1;
             }
             match room {
                 Ok(taken) => self.replay(x, &taken),
                 Err(_) => {
-                    self.releases.clear();
+                    self.sweep.releases.clear();
                     self.unlock(&closure[k..], reads);
                     return Err(Room::NoRoom);
                 }
@@ -313,20 +344,20 @@ impl<'a> Exec<'a> {
     /// Releases the locks a sweep still holds for the closure values not replayed yet.
     fn unlock(&mut self, rest: &[u32], reads: &[u32]) {
         for &x in rest {
-            let node = &self.nodes[x as usize];
-            for_each_distinct(&node.inputs, |u| self.uses[u as usize] -= 1);
+            let node = &self.graph.nodes[x as usize];
+            for_each_distinct(&node.inputs, |u| self.sweep.uses[u as usize] -= 1);
         }
         for &r in reads {
-            self.uses[r as usize] -= 1;
+            self.sweep.uses[r as usize] -= 1;
         }
     }
 
     /// NOTE [lean-schedule]: evicts everything rebuildable, then rebuilds `reads` from scratch
     /// (dropping each value after its last use when the strategy is lean).
     fn lean_sweep(&mut self, reads: &[u32]) -> Result<(), Error> {
-        let held: Vec<u32> = self.candidates.clone();
+        let held: Vec<u32> = self.acct.candidates.clone();
         for v in held {
-            self.out.push(Action::Free(v));
+            self.report.out.push(Action::Free(v));
             self.release(v);
             self.mark_evicted(v);
         }
@@ -334,7 +365,7 @@ impl<'a> Exec<'a> {
         self.lock(&closure, reads);
         // Beyond what the lean schedule holds, everything is evictable: making room by score
         // fits wherever taking every input does, and keeps what later steps read if it can.
-        let eager = self.strategy == Strategy::Lean;
+        let eager = self.knobs.strategy == Strategy::Lean;
         self.replay_closure(&closure, reads, eager)
             .map_err(|_| self.infeasible(0))
     }
@@ -342,27 +373,27 @@ impl<'a> Exec<'a> {
     /// Replays `x` (its inputs are held and locked); `taken` are inputs it consumes.
     fn replay(&mut self, x: u32, taken: &[u32]) {
         self.now += 1;
-        self.out.push(Action::Replay(x));
-        self.work.units += 1;
-        self.cost += self.node(x).cost;
+        self.report.out.push(Action::Replay(x));
+        self.report.work.units += 1;
+        self.report.cost += self.node(x).cost;
         for &u in taken {
-            self.out.push(Action::Free(u));
+            self.report.out.push(Action::Free(u));
             self.release(u);
             self.mark_evicted(u);
         }
         self.unmark_evicted(x);
         self.hold(x);
-        let releases = std::mem::take(&mut self.releases);
+        let releases = std::mem::take(&mut self.sweep.releases);
         for (u, plan) in releases {
             if taken.contains(&u) {
                 self.apply_release(u, plan);
             }
         }
         let now = self.now;
-        let node = &self.nodes[x as usize];
+        let node = &self.graph.nodes[x as usize];
         for_each_distinct(&node.inputs, |u| {
-            self.uses[u as usize] -= 1;
-            self.last_access[u as usize] = now;
+            self.sweep.uses[u as usize] -= 1;
+            self.acct.last_access[u as usize] = now;
         });
     }
 }

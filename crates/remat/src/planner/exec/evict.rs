@@ -41,22 +41,22 @@ impl Exec<'_> {
         consumable: &[u32],
         newcomer: Option<u32>,
     ) -> Result<Vec<u32>, Room> {
-        let total = self.held_bytes + bytes;
-        if total <= self.budget {
+        let total = self.acct.held_bytes + bytes;
+        if total <= self.knobs.budget {
             return Ok(Vec::new());
         }
-        let deficit = total - self.budget;
+        let deficit = total - self.knobs.budget;
         let mut scored: Vec<Scored> = Vec::new();
-        let n = self.candidates.len();
+        let n = self.acct.candidates.len();
         let (start, len) = if n <= SCAN_LIMIT {
             (0, n)
         } else {
-            self.scan_offset = (self.scan_offset + SCAN_LIMIT) % n;
-            (self.scan_offset, SCAN_LIMIT)
+            self.acct.scan_offset = (self.acct.scan_offset + SCAN_LIMIT) % n;
+            (self.acct.scan_offset, SCAN_LIMIT)
         };
         for k in 0..len {
-            let v = self.candidates[(start + k) % n];
-            if self.uses[v as usize] == 0 {
+            let v = self.acct.candidates[(start + k) % n];
+            if self.sweep.uses[v as usize] == 0 {
                 self.score_into(v, &mut scored);
             }
         }
@@ -65,11 +65,11 @@ impl Exec<'_> {
         }
         // An input the op about to run takes: the op's output is held afterwards, so the
         // input is needed only by its other consumers.
-        self.replaying = self.replaying.or(self.current_replay);
+        self.sweep.replaying = self.sweep.replaying.or(self.sweep.current_replay);
         for &v in consumable {
             self.score_into(v, &mut scored);
         }
-        self.replaying = None;
+        self.sweep.replaying = None;
         let total_bytes: u64 = scored.iter().map(|c| c.bytes).sum();
         if total_bytes < deficit {
             return Err(Room::NoRoom);
@@ -156,7 +156,7 @@ impl Exec<'_> {
             if consumable.contains(&c.value) {
                 taken.push(c.value);
             } else {
-                self.out.push(Action::Free(c.value));
+                self.report.out.push(Action::Free(c.value));
                 self.release(c.value);
                 self.mark_evicted(c.value);
             }
@@ -166,21 +166,21 @@ impl Exec<'_> {
 
     /// Scores `v` as a victim into `out` (values of no bytes free nothing: skipped).
     fn score_into(&mut self, v: u32, out: &mut Vec<Scored>) {
-        self.work.units += 1;
+        self.report.work.units += 1;
         let bytes = self.node(v).bytes;
         if bytes == 0 {
             return;
         }
         let rebuild = self.rebuild_cost(v);
-        let released = self.releases.iter().any(|(u, _)| *u == v);
+        let released = self.sweep.releases.iter().any(|(u, _)| *u == v);
         let expected = if released {
             // Never needed again once taken.
             0.0
         } else {
-            match self.strategy {
+            match self.knobs.strategy {
                 Strategy::Lean => 0.0,
                 Strategy::Dtr => {
-                    let staleness = (self.now - self.last_access[v as usize] + 1) as f64;
+                    let staleness = (self.now - self.acct.last_access[v as usize] + 1) as f64;
                     rebuild / staleness
                 }
                 Strategy::Lookahead { alpha } => {
@@ -217,13 +217,13 @@ impl Exec<'_> {
     fn rebuild_cost(&mut self, v: u32) -> f64 {
         let mut cost = self.node(v).cost;
         let mut roots: SmallVec<[u32; 4]> = SmallVec::new();
-        for k in 0..self.nodes[v as usize].inputs.len() {
-            let u = self.nodes[v as usize].inputs[k];
-            if self.evicted[u as usize] {
-                let root = self.find(u);
+        for k in 0..self.graph.nodes[v as usize].inputs.len() {
+            let u = self.graph.nodes[v as usize].inputs[k];
+            if self.acct.evicted[u as usize] {
+                let root = self.acct.classes.find(u);
                 if !roots.contains(&root) {
                     roots.push(root);
-                    cost += self.uf_cost[root as usize].max(0.0);
+                    cost += self.acct.classes.uf_cost[root as usize].max(0.0);
                 }
             }
         }
@@ -233,9 +233,9 @@ impl Exec<'_> {
     /// Time until `v` is read next (by a step, or by the replay of a consumer that is not
     /// held); `2n + 1` when no such read is planned.
     fn distance(&mut self, v: u32) -> u64 {
-        let n = self.nodes.len() as u64;
-        let now = if self.in_backward {
-            n + self.step_pos as u64
+        let n = self.graph.nodes.len() as u64;
+        let now = if self.sweep.in_backward {
+            n + self.sweep.step_pos as u64
         } else {
             self.computed as u64
         };
@@ -243,13 +243,13 @@ impl Exec<'_> {
         if let Some(t) = self.next_read(v) {
             next = next.min(n + t as u64);
         }
-        let consumers = self.consumers[v as usize].len().min(16);
+        let consumers = self.graph.consumers[v as usize].len().min(16);
         for k in 0..consumers {
-            let w = self.consumers[v as usize][k];
-            if Some(w) != self.replaying
-                && !self.held[w as usize]
-                && !self.dead[w as usize]
-                && self.evicted[w as usize]
+            let w = self.graph.consumers[v as usize][k];
+            if Some(w) != self.sweep.replaying
+                && !self.acct.held[w as usize]
+                && !self.life.dead[w as usize]
+                && self.acct.evicted[w as usize]
                 && let Some(t) = self.next_read(w)
             {
                 next = next.min(n + t as u64);
@@ -262,19 +262,19 @@ impl Exec<'_> {
 
     /// Marks an access to value `v` (for staleness).
     pub(crate) fn touch(&mut self, v: u32) {
-        if (v as usize) < self.last_access.len() {
+        if (v as usize) < self.acct.last_access.len() {
             self.now += 1;
-            self.last_access[v as usize] = self.now;
+            self.acct.last_access[v as usize] = self.now;
         }
     }
 
     /// Evicts unlocked values until `bytes` more fit; returns them.
     pub(crate) fn victims(&mut self, bytes: u64) -> Result<Vec<u32>, Error> {
-        let start = self.out.len();
+        let start = self.report.out.len();
         if self.make_room(bytes, &[], None).is_err() {
             return Err(self.infeasible(bytes));
         }
-        Ok(self.out[start..].iter().map(|a| a.node()).collect())
+        Ok(self.report.out[start..].iter().map(|a| a.node()).collect())
     }
 }
 
@@ -298,7 +298,7 @@ mod tests {
         // a, b and c are one class (DTR's: joined through their edges), whose cost counts
         // once although d reads two of its members.
         assert_eq!(exec.rebuild_cost(3), 8.0 + 1.0 + 2.0 + 4.0);
-        assert_eq!(exec.find(0), exec.find(2));
+        assert_eq!(exec.acct.classes.find(0), exec.acct.classes.find(2));
         // Held again, b leaves its class's cost (a class is never split).
         exec.unmark_evicted(1);
         exec.hold(1);

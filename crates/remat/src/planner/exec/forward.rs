@@ -39,9 +39,9 @@ fn check_appended(node: &Node, j: u32) -> Result<(), Error> {
 impl Exec<'_> {
     /// Appends `node` (online) and counts what it needs, without running it.
     fn append(&mut self, node: Node) -> Result<u32, Error> {
-        let j = self.nodes.len() as u32;
+        let j = self.graph.nodes.len() as u32;
         check_appended(&node, j)?;
-        grow::push(self.nodes.to_mut(), node);
+        grow::push(self.graph.nodes.to_mut(), node);
         self.link(j);
         Ok(j)
     }
@@ -49,24 +49,24 @@ impl Exec<'_> {
     /// Counts what node `j` (the newest linked) needs: its constants' releaser, its
     /// consumers, the steps that read values and the values its replays need.
     fn link(&mut self, j: u32) {
-        let node = &self.nodes[j as usize];
+        let node = &self.graph.nodes[j as usize];
         let releaser = node.releaser(j) as usize;
         let fixed = node.fixed_bytes;
-        if releaser >= self.released.len() {
-            grow::room_for(&mut self.released, releaser + 1);
-            self.released.resize(releaser + 1, 0);
+        if releaser >= self.graph.released.len() {
+            grow::room_for(&mut self.graph.released, releaser + 1);
+            self.graph.released.resize(releaser + 1, 0);
         }
-        self.released[releaser] += fixed;
+        self.graph.released[releaser] += fixed;
         self.grow(j as usize + 1);
-        let node = &self.nodes[j as usize];
-        for_each_distinct(&node.inputs, |u| self.consumers[u as usize].push(j));
+        let node = &self.graph.nodes[j as usize];
+        for_each_distinct(&node.inputs, |u| self.graph.consumers[u as usize].push(j));
         let replayable_consumer = rebuildable(node);
         for_each_distinct(&node.step_reads, |r| {
-            self.reads_known[r as usize] += 1;
-            self.need[r as usize] += 1;
+            self.graph.reads_known[r as usize] += 1;
+            self.life.need[r as usize] += 1;
         });
         if replayable_consumer {
-            for_each_distinct(&node.inputs, |u| self.need[u as usize] += 1);
+            for_each_distinct(&node.inputs, |u| self.life.need[u as usize] += 1);
         }
     }
 
@@ -85,22 +85,25 @@ impl Exec<'_> {
     /// pinned, and so is a value kept while one of its inputs is lost.
     pub(crate) fn settle_lost(&mut self) {
         let mut stack: Vec<u32> = Vec::new();
-        for u in 0..self.nodes.len() as u32 {
-            if !rebuildable(self.node(u)) && !self.held[u as usize] && self.need[u as usize] > 0 {
-                self.lost[u as usize] = true;
+        for u in 0..self.graph.nodes.len() as u32 {
+            if !rebuildable(self.node(u))
+                && !self.acct.held[u as usize]
+                && self.life.need[u as usize] > 0
+            {
+                self.life.lost[u as usize] = true;
                 stack.push(u);
             }
         }
-        let mut seen = vec![false; self.nodes.len()];
+        let mut seen = vec![false; self.graph.nodes.len()];
         while let Some(u) = stack.pop() {
-            for k in 0..self.consumers[u as usize].len() {
-                let w = self.consumers[u as usize][k];
+            for k in 0..self.graph.consumers[u as usize].len() {
+                let w = self.graph.consumers[u as usize][k];
                 if !rebuildable(self.node(w)) || std::mem::replace(&mut seen[w as usize], true) {
                     continue;
                 }
-                if self.held[w as usize] {
-                    self.pinned_now[w as usize] = true;
-                    self.drop_candidate(w);
+                if self.acct.held[w as usize] {
+                    self.life.pinned_now[w as usize] = true;
+                    self.acct.drop_candidate(w);
                 } else {
                     stack.push(w);
                 }
@@ -113,8 +116,8 @@ impl Exec<'_> {
     /// deciding anything: the state another plan left (see `Dtr::resume`).
     pub(crate) fn adopt_given(&mut self, held: &[bool]) -> Result<(), Error> {
         debug_assert_eq!(self.computed, 0, "remat internal error: adopted twice");
-        for j in 0..self.nodes.len() as u32 {
-            check_appended(&self.nodes[j as usize], j)?;
+        for j in 0..self.graph.nodes.len() as u32 {
+            check_appended(&self.graph.nodes[j as usize], j)?;
             self.link(j);
             self.adopted(j, held[j as usize]);
         }
@@ -125,10 +128,10 @@ impl Exec<'_> {
     fn adopted(&mut self, j: u32, held: bool) {
         self.computed = j + 1;
         self.now += 1;
-        self.held_bytes += self.node(j).fixed_bytes;
-        self.peak = self.peak.max(self.held_bytes);
+        self.acct.held_bytes += self.node(j).fixed_bytes;
+        self.acct.peak = self.acct.peak.max(self.acct.held_bytes);
         if held {
-            self.offered[j as usize] = true;
+            self.life.offered[j as usize] = true;
             self.hold(j);
         } else {
             self.mark_evicted(j);
@@ -147,10 +150,10 @@ impl Exec<'_> {
         if fixed > 0 && self.make_room(fixed, &[], None).is_err() {
             return Err(self.infeasible(fixed));
         }
-        self.out.push(Action::Compute(j));
-        self.work.units += 1;
-        self.held_bytes += fixed;
-        self.peak = self.peak.max(self.held_bytes);
+        self.report.out.push(Action::Compute(j));
+        self.report.work.units += 1;
+        self.acct.held_bytes += fixed;
+        self.acct.peak = self.acct.peak.max(self.acct.held_bytes);
         let mut in_hand: Vec<u32> = Vec::new();
         let node = self.node(j);
         for_each_distinct(&node.inputs, |u| in_hand.push(u));
@@ -163,71 +166,72 @@ impl Exec<'_> {
             in_hand.push(j);
         }
         for &u in &in_hand {
-            self.last_access[u as usize] = self.now;
+            self.acct.last_access[u as usize] = self.now;
         }
         for &u in &in_hand {
-            if self.offered[u as usize] {
+            if self.life.offered[u as usize] {
                 continue;
             }
-            if let Some(analysis) = &self.analysis
-                && self.planned
-                && self.late_keep
+            if let Some(analysis) = &self.graph.analysis
+                && self.knobs.planned
+                && self.knobs.hints.late_keep
                 && analysis.last_in_hand[u as usize] != j
             {
                 // Planned: keep a value at the last forward op that has it in hand.
                 continue;
             }
-            if self.planned && self.late_keep {
+            if self.knobs.planned && self.knobs.hints.late_keep {
                 // Decided now, whatever the decision.
-                self.offered[u as usize] = true;
+                self.life.offered[u as usize] = true;
             }
-            if self.planned && !rebuildable(self.node(u)) && self.release_pinned(u, None) {
+            if self.knobs.planned && !rebuildable(self.node(u)) && self.release_pinned(u, None) {
                 continue;
             }
-            if self.pinned_now[u as usize] {
+            if self.life.pinned_now[u as usize] {
                 // Pinned in place of a value that was let go (NOTE [pin-release]), unless
                 // nothing needs it after all.
-                self.offered[u as usize] = true;
-                if self.dead[u as usize] {
+                self.life.offered[u as usize] = true;
+                if self.life.dead[u as usize] {
                     continue;
                 }
                 let bytes = self.node(u).bytes;
                 if self.make_room(bytes, &[], None).is_err() {
                     return Err(self.infeasible(bytes));
                 }
-                self.out.push(Action::Keep(u));
+                self.report.out.push(Action::Keep(u));
                 self.unmark_evicted(u);
                 self.hold(u);
                 continue;
             }
             let mut keep = self.wants_keep(u);
-            if self.planned && self.may_keep(u) {
+            if self.knobs.planned && self.may_keep(u) {
                 // NOTE [decisions]: keep it or not, the other way round if told so.
-                self.offered[u as usize] = true;
+                self.life.offered[u as usize] = true;
                 keep ^= self.decide(2) == 1;
             }
             if !keep {
                 continue;
             }
-            self.offered[u as usize] = true;
+            self.life.offered[u as usize] = true;
             let bytes = self.node(u).bytes;
-            if self.planned && self.rebuildable(u) && self.release_above_assuming(u, Some(u)) {
+            if self.knobs.planned && self.rebuildable(u) && self.release_above_assuming(u, Some(u))
+            {
                 // Keeping `u` let a pinned input go, which made room for it.
-                self.out.push(Action::Keep(u));
+                self.report.out.push(Action::Keep(u));
                 self.unmark_evicted(u);
                 self.hold(u);
                 continue;
             }
             // A value whose input is lost (`settle_lost`) cannot be declined: it could not be
             // rebuilt.
-            let input_lost = self.nodes[u as usize]
+            let input_lost = self.graph.nodes[u as usize]
                 .inputs
                 .iter()
-                .any(|&x| self.lost[x as usize]);
+                .any(|&x| self.life.lost[x as usize]);
             let newcomer = (self.rebuildable(u) && !input_lost).then_some(u);
             match self.make_room(bytes, &[], newcomer) {
                 Ok(_) => {
-                    self.out.push(Action::Keep(u));
+                    self.report.out.push(Action::Keep(u));
                     self.unmark_evicted(u);
                     self.hold(u);
                 }
@@ -235,13 +239,13 @@ impl Exec<'_> {
                 Err(Room::NoRoom) => return Err(self.infeasible(bytes)),
             }
         }
-        if !self.held[j as usize] {
+        if !self.acct.held[j as usize] {
             self.mark_evicted(j);
         }
-        if self.planned {
+        if self.knobs.planned {
             self.release_above(j);
             for u in in_hand {
-                if self.held[u as usize] {
+                if self.acct.held[u as usize] {
                     self.release_above(u);
                 }
                 self.try_release(u);
@@ -253,10 +257,10 @@ impl Exec<'_> {
     /// Whether the forward pass may keep `u` at all (a choice, not a need).
     fn may_keep(&self, u: u32) -> bool {
         let node = self.node(u);
-        self.strategy != Strategy::Lean
+        self.knobs.strategy != Strategy::Lean
             && rebuildable(node)
             && node.forced != Some(Forced::Recompute)
-            && self.need[u as usize] > 0
+            && self.life.need[u as usize] > 0
     }
 
     /// Online, before the next op is recorded: whether [`Exec::record`] may keep `u`, one of
@@ -272,29 +276,33 @@ impl Exec<'_> {
         read_by_its_step: bool,
         replay_input: bool,
     ) -> bool {
-        if self.planned || self.in_backward || u as usize >= self.nodes.len() {
+        if self.knobs.planned || self.sweep.in_backward || u as usize >= self.graph.nodes.len() {
             return true;
         }
         if !read_by_its_step && !replay_input {
             return false;
         }
-        if self.offered[u as usize] {
+        if self.life.offered[u as usize] {
             return false;
         }
-        if self.pinned_now[u as usize] {
+        if self.life.pinned_now[u as usize] {
             return true;
         }
         let step = u32::from(read_by_its_step);
         self.wants_keep_given(
             u,
-            self.need[u as usize] + step + u32::from(replay_input),
-            self.reads_known[u as usize] + step,
+            self.life.need[u as usize] + step + u32::from(replay_input),
+            self.graph.reads_known[u as usize] + step,
         )
     }
 
     /// Whether value `u`, in hand in the forward pass, should be kept now.
     fn wants_keep(&self, u: u32) -> bool {
-        self.wants_keep_given(u, self.need[u as usize], self.reads_known[u as usize])
+        self.wants_keep_given(
+            u,
+            self.life.need[u as usize],
+            self.graph.reads_known[u as usize],
+        )
     }
 
     /// [`Exec::wants_keep`] with `need` and `reads_known` as `u`'s counts.
@@ -303,20 +311,20 @@ impl Exec<'_> {
         if node.forced == Some(Forced::Recompute) || need == 0 {
             return false;
         }
-        if !rebuildable(node) || node.inputs.iter().any(|&x| self.lost[x as usize]) {
+        if !rebuildable(node) || node.inputs.iter().any(|&x| self.life.lost[x as usize]) {
             // Cannot be rebuilt (`settle_lost`: an input is lost).
             return true;
         }
-        if self.strategy == Strategy::Lean {
+        if self.knobs.strategy == Strategy::Lean {
             return false;
         }
-        if let Some(keep) = &self.keep {
+        if let Some(keep) = &self.knobs.hints.keep {
             return keep[u as usize];
         }
-        let read_by_a_step = match &self.analysis {
-            Some(a) if self.planned => !a.read_positions[u as usize].is_empty(),
+        let read_by_a_step = match &self.graph.analysis {
+            Some(a) if self.knobs.planned => !a.read_positions[u as usize].is_empty(),
             _ => reads_known > 0,
         };
-        read_by_a_step || self.keep_sources
+        read_by_a_step || self.knobs.hints.keep_sources
     }
 }

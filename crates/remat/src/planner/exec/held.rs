@@ -1,47 +1,46 @@
-//! The executor's accounting: which values are held (and their bytes), which of them are
-//! eviction candidates, and the evicted values' classes (DTR's equivalence classes, a
-//! union-find whose roots sum their members' costs).
+//! The executor's accounting ([`Accounting`]): which values are held (and their bytes),
+//! which of them are eviction candidates, and the evicted values' classes ([`Classes`]: DTR's
+//! equivalence classes, a union-find whose roots sum their members' costs).
 
 use super::Exec;
 use crate::planner::analysis::NONE;
 
-impl Exec<'_> {
-    pub(super) fn hold(&mut self, v: u32) {
-        debug_assert!(
-            !self.held[v as usize],
-            "remat internal error: {v} held twice"
-        );
-        // `settle_lost`: a lost value in hand again is no longer lost; a value whose input
-        // is lost can never be rebuilt.
-        self.lost[v as usize] = false;
-        if !self.pinned_now[v as usize]
-            && self.nodes[v as usize]
-                .inputs
-                .iter()
-                .any(|&x| self.lost[x as usize])
-        {
-            self.pinned_now[v as usize] = true;
-        }
-        self.held[v as usize] = true;
-        self.held_bytes += self.node(v).bytes;
-        self.peak = self.peak.max(self.held_bytes);
-        self.last_access[v as usize] = self.now;
-        if self.rebuildable(v) {
-            self.candidate_pos[v as usize] = self.candidates.len() as u32;
-            self.candidates.push(v);
-        }
-    }
+/// The accounting (this file): the held values and their bytes, the eviction candidates
+/// (`evict.rs` scores them), and the evicted values and their classes.
+#[derive(Default)]
+pub(super) struct Accounting {
+    /// Whether each value is held.
+    pub(super) held: Vec<bool>,
+    /// INVARIANT: the held values' bytes plus the constants of every node computed and not
+    /// stepped (module docs, `# Invariants`).
+    pub(super) held_bytes: u64,
+    /// The most `held_bytes` has been.
+    pub(super) peak: u64,
+    /// The held rebuildable values (module docs, `# Invariants`), in no order.
+    pub(super) candidates: Vec<u32>,
+    /// Per value, its index in `candidates`, or `NONE`.
+    pub(super) candidate_pos: Vec<u32>,
+    /// Where the next scan of `candidates` starts when they are more than `SCAN_LIMIT`
+    /// (`evict.rs`: DTR's sampling).
+    pub(super) scan_offset: usize,
+    /// Per value, `Exec::now` at its last access: DTR's staleness (`evict.rs`).
+    pub(super) last_access: Vec<u64>,
+    /// INVARIANT: `evicted[v]` iff `v` is computed, rebuildable, alive and not held.
+    pub(super) evicted: Vec<bool>,
+    /// The classes of the evicted values.
+    pub(super) classes: Classes,
+}
 
-    pub(super) fn release(&mut self, v: u32) {
-        debug_assert!(
-            self.held[v as usize],
-            "remat internal error: {v} is not held"
-        );
-        self.held[v as usize] = false;
-        self.held_bytes -= self.node(v).bytes;
-        self.drop_candidate(v);
-    }
+/// DTR's equivalence classes of evicted values: a union-find whose roots sum their
+/// members' costs; classes are joined, never split.
+#[derive(Default)]
+pub(super) struct Classes {
+    pub(super) uf_parent: Vec<u32>,
+    pub(super) uf_size: Vec<u32>,
+    pub(super) uf_cost: Vec<f64>,
+}
 
+impl Accounting {
     /// Removes `v` from the eviction candidates, if it is one.
     pub(super) fn drop_candidate(&mut self, v: u32) {
         let pos = self.candidate_pos[v as usize];
@@ -57,35 +56,9 @@ impl Exec<'_> {
             self.candidate_pos[v as usize] = NONE;
         }
     }
+}
 
-    pub(super) fn mark_evicted(&mut self, v: u32) {
-        if self.evicted[v as usize] || self.dead[v as usize] || !self.rebuildable(v) {
-            return;
-        }
-        self.evicted[v as usize] = true;
-        let root = self.find(v);
-        self.uf_cost[root as usize] += self.node(v).cost;
-        for k in 0..self.nodes[v as usize].inputs.len() {
-            let u = self.nodes[v as usize].inputs[k];
-            if self.evicted[u as usize] {
-                self.union(v, u);
-            }
-        }
-        for k in 0..self.consumers[v as usize].len() {
-            let w = self.consumers[v as usize][k];
-            if (w as usize) < self.evicted.len() && self.evicted[w as usize] {
-                self.union(v, w);
-            }
-        }
-    }
-
-    pub(super) fn unmark_evicted(&mut self, v: u32) {
-        if std::mem::replace(&mut self.evicted[v as usize], false) {
-            let root = self.find(v);
-            self.uf_cost[root as usize] -= self.node(v).cost;
-        }
-    }
-
+impl Classes {
     pub(super) fn find(&mut self, v: u32) -> u32 {
         let mut root = v;
         while self.uf_parent[root as usize] != root {
@@ -113,5 +86,71 @@ impl Exec<'_> {
         self.uf_parent[small as usize] = big;
         self.uf_size[big as usize] += self.uf_size[small as usize];
         self.uf_cost[big as usize] += self.uf_cost[small as usize];
+    }
+}
+
+impl Exec<'_> {
+    pub(super) fn hold(&mut self, v: u32) {
+        debug_assert!(
+            !self.acct.held[v as usize],
+            "remat internal error: {v} held twice"
+        );
+        // `settle_lost`: a lost value in hand again is no longer lost; a value whose input
+        // is lost can never be rebuilt.
+        self.life.lost[v as usize] = false;
+        if !self.life.pinned_now[v as usize]
+            && self.graph.nodes[v as usize]
+                .inputs
+                .iter()
+                .any(|&x| self.life.lost[x as usize])
+        {
+            self.life.pinned_now[v as usize] = true;
+        }
+        self.acct.held[v as usize] = true;
+        self.acct.held_bytes += self.node(v).bytes;
+        self.acct.peak = self.acct.peak.max(self.acct.held_bytes);
+        self.acct.last_access[v as usize] = self.now;
+        if self.rebuildable(v) {
+            self.acct.candidate_pos[v as usize] = self.acct.candidates.len() as u32;
+            self.acct.candidates.push(v);
+        }
+    }
+
+    pub(super) fn release(&mut self, v: u32) {
+        debug_assert!(
+            self.acct.held[v as usize],
+            "remat internal error: {v} is not held"
+        );
+        self.acct.held[v as usize] = false;
+        self.acct.held_bytes -= self.node(v).bytes;
+        self.acct.drop_candidate(v);
+    }
+
+    pub(super) fn mark_evicted(&mut self, v: u32) {
+        if self.acct.evicted[v as usize] || self.life.dead[v as usize] || !self.rebuildable(v) {
+            return;
+        }
+        self.acct.evicted[v as usize] = true;
+        let root = self.acct.classes.find(v);
+        self.acct.classes.uf_cost[root as usize] += self.node(v).cost;
+        for k in 0..self.graph.nodes[v as usize].inputs.len() {
+            let u = self.graph.nodes[v as usize].inputs[k];
+            if self.acct.evicted[u as usize] {
+                self.acct.classes.union(v, u);
+            }
+        }
+        for k in 0..self.graph.consumers[v as usize].len() {
+            let w = self.graph.consumers[v as usize][k];
+            if (w as usize) < self.acct.evicted.len() && self.acct.evicted[w as usize] {
+                self.acct.classes.union(v, w);
+            }
+        }
+    }
+
+    pub(super) fn unmark_evicted(&mut self, v: u32) {
+        if std::mem::replace(&mut self.acct.evicted[v as usize], false) {
+            let root = self.acct.classes.find(v);
+            self.acct.classes.uf_cost[root as usize] -= self.node(v).cost;
+        }
     }
 }

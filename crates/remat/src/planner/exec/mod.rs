@@ -16,24 +16,29 @@
 //! eviction, capped at [`SCAN_LIMIT`] candidates); the rest is O(1) per action.
 //!
 //! # Invariants
-//! - `held_bytes` is the sum of the held values' bytes plus the constants of every node
+//! - `acct.held_bytes` is the sum of the held values' bytes plus the constants of every node
 //!   computed and not stepped; it never passes the budget after an action.
-//! - `uses[v]` is zero outside a sweep; inside, it counts the sweep's remaining reads of `v`.
-//! - A value is in `candidates` iff it is held and rebuildable.
-//! - `evicted[v]` iff `v` is computed, rebuildable, alive and not held.
+//! - `sweep.uses[v]` is zero outside a sweep; inside, it counts the sweep's remaining reads
+//!   of `v`.
+//! - A value is in `acct.candidates` iff it is held and rebuildable.
+//! - `acct.evicted[v]` iff `v` is computed, rebuildable, alive and not held.
 //!
 //! # Files
-//! This file holds the state ([`Exec`]'s fields), its construction, what a planned run is
-//! told ([`Hints`], NOTE \[decisions\]) and what a run reports; it names none of the files
-//! below (the planner calls `runs.rs` by its path), which add [`Exec`]'s events:
+//! [`Exec`]'s state is a few structs, each with the file that mainly changes it. This file
+//! holds [`Exec`], its construction and the state every file reads: `Knobs`, what a run is
+//! told (its strategy and budget, [`Hints`], NOTE \[decisions\]); `Graph`, the graph as far
+//! as it is known; `Life`, what each value is still needed for (NOTE \[need\]); `Report`,
+//! what a run writes and counts. It names the files below only for the state they own (the
+//! planner calls `runs.rs` by its path); they add [`Exec`]'s events:
 //! - `forward.rs`: the forward pass: ops recorded or adopted, and what is kept as they run;
 //! - `backward.rs`: the backward pass: a step's sweep (the values it replays, each once)
 //!   and the lean fallback (NOTE \[lean-schedule\]), and the values that die after it;
+//!   `Sweep`, the pass's progress and the current step's sweep;
 //! - `release.rs`: NOTE \[pin-release\], dropping a pinned value once only values held can
 //!   need it;
 //! - `evict.rs`: the eviction choice: making room by score (DTR's or the lookahead's);
-//! - `held.rs`: the accounting: the held set and its bytes, the eviction candidates, the
-//!   evicted classes (union-find);
+//! - `held.rs`: the accounting, `Accounting`: the held set and its bytes, the eviction
+//!   candidates, the evicted values and their `Classes` (union-find);
 //! - `runs.rs`: a whole view run event by event (the planner's runs).
 
 mod backward;
@@ -46,6 +51,8 @@ pub(super) mod runs;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use self::backward::Sweep;
+use self::held::Accounting;
 use super::analysis::{Analysis, NONE};
 use super::grow::room_for;
 use super::view::rebuildable;
@@ -75,72 +82,87 @@ pub(crate) struct Work {
     pub(crate) fallbacks: u64,
 }
 
+/// The executor. Its state is grouped by the file that mainly changes it (module docs,
+/// `# Files`); the two clocks stay here, as every file reads them.
 pub(crate) struct Exec<'a> {
-    strategy: Strategy,
-    budget: u64,
-    nodes: Cow<'a, [Node]>,
-    /// Set once the whole graph is known (from the start for planned runs).
-    view: Option<Cow<'a, GraphView>>,
-    analysis: Option<Arc<Analysis>>,
-    /// Whether the whole graph was known in the forward pass.
-    planned: bool,
-    consumers: Vec<Vec<u32>>,
-    /// Recorded steps that read each value (forward, online).
-    reads_known: Vec<u32>,
-    need: Vec<u32>,
-    held: Vec<bool>,
-    offered: Vec<bool>,
-    dead: Vec<bool>,
-    stepped: Vec<bool>,
-    /// Per node, the constants its step releases (`GraphView::released_by_steps`); may run
-    /// past the nodes appended so far online (a node whose constants a later one holds).
-    released: Vec<u64>,
-    uses: Vec<u32>,
-    last_access: Vec<u64>,
-    evicted: Vec<bool>,
-    uf_parent: Vec<u32>,
-    uf_size: Vec<u32>,
-    uf_cost: Vec<f64>,
-    candidates: Vec<u32>,
-    candidate_pos: Vec<u32>,
-    held_bytes: u64,
-    peak: u64,
+    /// What the run was told.
+    knobs: Knobs,
+    /// The graph as far as it is known.
+    graph: Graph<'a>,
+    /// What each value is still needed for, and whether it is decided, dead, pinned or lost.
+    life: Life,
+    /// The held values, their bytes and the evicted classes (`held.rs`).
+    acct: Accounting,
+    /// The backward pass's progress and the current step's sweep (`backward.rs`).
+    sweep: Sweep,
     /// A clock for staleness: one tick per op.
     now: u64,
     /// The forward ops run so far.
     computed: u32,
-    /// Whether the backward pass started.
-    in_backward: bool,
-    /// Where the current step's actions start.
-    step_start: usize,
-    step_pos: usize,
-    read_cursor: Vec<u32>,
-    scan_offset: usize,
-    out: Vec<Action>,
-    cost: f64,
-    work: Work,
-    keep_sources: bool,
-    late_keep: bool,
+    /// What the run writes and counts.
+    report: Report,
+}
+
+/// What a run was told (this file): its strategy and budget, whether it knows the graph
+/// from the start, the planner's hints, and the decisions it made under them.
+struct Knobs {
+    strategy: Strategy,
+    budget: u64,
+    /// Whether the whole graph was known in the forward pass.
+    planned: bool,
+    /// Errors name a lower bound on the smallest budget, not the smallest one (whose bound
+    /// is planning of its own: the caller does not read it).
+    bound_errors: bool,
+    /// The planner's hints ([`Exec::set_hints`]; planned runs only).
+    hints: Hints,
+    /// NOTE [decisions]: the number of options of each decision so far (planned runs).
+    decisions: Vec<u8>,
+}
+
+/// The graph as far as it is known (this file builds it; `forward.rs`'s `link` adds each
+/// appended node's facts): the nodes, the view and its analysis once known, and per-node
+/// facts that only grow.
+struct Graph<'a> {
+    nodes: Cow<'a, [Node]>,
+    /// Set once the whole graph is known (from the start for planned runs).
+    view: Option<Cow<'a, GraphView>>,
+    analysis: Option<Arc<Analysis>>,
+    consumers: Vec<Vec<u32>>,
+    /// Recorded steps that read each value (forward, online).
+    reads_known: Vec<u32>,
+    /// Per node, the constants its step releases (`GraphView::released_by_steps`); may run
+    /// past the nodes appended so far online (a node whose constants a later one holds).
+    released: Vec<u64>,
+}
+
+/// Each value's standing (NOTE \[need\]): counted up in the forward pass (`forward.rs`),
+/// counted down as steps run and values die (`backward.rs`), and changed when a pinned
+/// value is dropped (NOTE [pin-release], `release.rs`).
+#[derive(Default)]
+struct Life {
+    /// NOTE \[need\]: per value, the steps still to run that read it plus its needed
+    /// rebuildable consumers (online, in the forward pass: those recorded so far).
+    need: Vec<u32>,
+    /// Whether the forward pass decided on keeping each value (kept or not).
+    offered: Vec<bool>,
+    /// Values never needed again (NOTE \[need\]: dead).
+    dead: Vec<bool>,
     /// NOTE [pin-release]: held values pinned in place of an input that was dropped.
     pinned_now: Vec<bool>,
     /// Values that cannot be rebuilt and were dropped by the plan a resumed run took over
     /// from (`Dtr::resume`): their consumers are pinned instead.
     lost: Vec<bool>,
-    /// The value the sweep is about to replay, and (while its consumable inputs are
-    /// scored) the consumer `distance` leaves out.
-    current_replay: Option<u32>,
-    replaying: Option<u32>,
-    /// Release plans of the pinned inputs the current replay may take.
-    releases: Vec<(u32, ReleasePlan)>,
-    choices: Vec<u8>,
-    free_release: bool,
-    /// NOTE [decisions]: the number of options of each decision so far (planned runs).
-    decisions: Vec<u8>,
-    /// `Hints::keep`.
-    keep: Option<Arc<[bool]>>,
-    /// Errors name a lower bound on the smallest budget, not the smallest one (whose bound
-    /// is planning of its own: the caller does not read it).
-    bound_errors: bool,
+}
+
+/// What a run writes and counts (this file hands it out: [`Exec::actions`],
+/// [`Exec::recompute_cost`], [`Exec::work`]).
+#[derive(Default)]
+struct Report {
+    /// The schedule so far.
+    out: Vec<Action>,
+    /// The rebuild cost of the replays so far.
+    cost: f64,
+    work: Work,
 }
 
 /// What a planned run does differently (the planner's portfolio variants and search).
@@ -196,16 +218,16 @@ impl<'a> Exec<'a> {
             Some(Cow::Borrowed(view)),
             Some(analysis.clone()),
         );
-        exec.planned = true;
+        exec.knobs.planned = true;
         // The planner's runs only ask whether they fit: the smallest budget is planning of
         // its own (NOTE \[planner-memory\] in `rotor/solve.rs`).
-        exec.bound_errors = true;
-        exec.need = analysis.need.clone();
-        exec.consumers = analysis.consumers.clone();
+        exec.knobs.bound_errors = true;
+        exec.life.need = analysis.need.clone();
+        exec.graph.consumers = analysis.consumers.clone();
         exec.grow(view.len());
-        exec.released = view.released_by_steps();
+        exec.graph.released = view.released_by_steps();
         for v in 0..view.len() {
-            exec.dead[v] = exec.need[v] == 0;
+            exec.life.dead[v] = exec.life.need[v] == 0;
         }
         exec
     }
@@ -218,57 +240,33 @@ impl<'a> Exec<'a> {
         analysis: Option<Arc<Analysis>>,
     ) -> Self {
         Self {
-            strategy,
-            budget,
-            nodes,
-            view,
-            analysis,
-            planned: false,
-            consumers: Vec::new(),
-            reads_known: Vec::new(),
-            need: Vec::new(),
-            held: Vec::new(),
-            offered: Vec::new(),
-            dead: Vec::new(),
-            stepped: Vec::new(),
-            released: Vec::new(),
-            uses: Vec::new(),
-            last_access: Vec::new(),
-            evicted: Vec::new(),
-            uf_parent: Vec::new(),
-            uf_size: Vec::new(),
-            uf_cost: Vec::new(),
-            candidates: Vec::new(),
-            candidate_pos: Vec::new(),
-            held_bytes: 0,
-            peak: 0,
+            knobs: Knobs {
+                strategy,
+                budget,
+                planned: false,
+                bound_errors: false,
+                hints: Hints::default(),
+                decisions: Vec::new(),
+            },
+            graph: Graph {
+                nodes,
+                view,
+                analysis,
+                consumers: Vec::new(),
+                reads_known: Vec::new(),
+                released: Vec::new(),
+            },
+            life: Life::default(),
+            acct: Accounting::default(),
+            sweep: Sweep::default(),
             now: 0,
             computed: 0,
-            in_backward: false,
-            step_start: 0,
-            step_pos: 0,
-            read_cursor: Vec::new(),
-            scan_offset: 0,
-            out: Vec::new(),
-            cost: 0.0,
-            work: Work::default(),
-            keep_sources: false,
-            late_keep: false,
-            pinned_now: Vec::new(),
-            lost: Vec::new(),
-            current_replay: None,
-            replaying: None,
-            releases: Vec::new(),
-            choices: Vec::new(),
-            free_release: false,
-            decisions: Vec::new(),
-            keep: None,
-            bound_errors: false,
+            report: Report::default(),
         }
     }
 
     fn grow(&mut self, n: usize) {
-        let len = self.held.len();
+        let len = self.acct.held.len();
         if n <= len {
             return;
         }
@@ -277,130 +275,129 @@ impl<'a> Exec<'a> {
             room_for(list, n);
             list.resize(n, value);
         }
-        to(&mut self.consumers, n, Vec::new());
-        to(&mut self.reads_known, n, 0);
-        to(&mut self.need, n, 0);
-        to(&mut self.held, n, false);
-        to(&mut self.offered, n, false);
-        to(&mut self.dead, n, false);
-        to(&mut self.stepped, n, false);
-        to(&mut self.uses, n, 0);
-        to(&mut self.last_access, n, 0);
-        to(&mut self.evicted, n, false);
-        room_for(&mut self.uf_parent, n);
-        self.uf_parent.extend(len as u32..n as u32);
-        to(&mut self.uf_size, n, 1);
-        to(&mut self.uf_cost, n, 0.0);
-        to(&mut self.candidate_pos, n, NONE);
-        to(&mut self.read_cursor, n, 0);
-        to(&mut self.pinned_now, n, false);
-        to(&mut self.lost, n, false);
+        to(&mut self.graph.consumers, n, Vec::new());
+        to(&mut self.graph.reads_known, n, 0);
+        to(&mut self.life.need, n, 0);
+        to(&mut self.acct.held, n, false);
+        to(&mut self.life.offered, n, false);
+        to(&mut self.life.dead, n, false);
+        to(&mut self.sweep.stepped, n, false);
+        to(&mut self.sweep.uses, n, 0);
+        to(&mut self.acct.last_access, n, 0);
+        to(&mut self.acct.evicted, n, false);
+        room_for(&mut self.acct.classes.uf_parent, n);
+        self.acct.classes.uf_parent.extend(len as u32..n as u32);
+        to(&mut self.acct.classes.uf_size, n, 1);
+        to(&mut self.acct.classes.uf_cost, n, 0.0);
+        to(&mut self.acct.candidate_pos, n, NONE);
+        to(&mut self.sweep.read_cursor, n, 0);
+        to(&mut self.life.pinned_now, n, false);
+        to(&mut self.life.lost, n, false);
     }
 
     pub(crate) fn actions(&self) -> &[Action] {
-        &self.out
+        &self.report.out
     }
 
     /// Forgets the actions written so far (an online run whose caller carried them out).
     pub(crate) fn forget_actions(&mut self) {
-        self.out.clear();
+        self.report.out.clear();
     }
 
     /// Makes errors name a lower bound only (`bound_errors`).
     pub(crate) fn bound_errors(&mut self) {
-        self.bound_errors = true;
+        self.knobs.bound_errors = true;
     }
 
     /// The decisions recorded so far (NOTE [decisions]).
     pub(crate) fn take_decisions(&mut self) -> Decisions {
-        std::mem::take(&mut self.decisions)
+        std::mem::take(&mut self.knobs.decisions)
     }
 
     pub(crate) fn into_actions(self) -> Vec<Action> {
-        self.out
+        self.report.out
     }
 
     /// The nodes appended, as they were given (borrowed or owned).
     pub(crate) fn into_node_list(self) -> Cow<'a, [Node]> {
-        self.nodes
+        self.graph.nodes
     }
 
     pub(crate) fn recompute_cost(&self) -> f64 {
-        self.cost
+        self.report.cost
     }
 
     pub(crate) fn peak(&self) -> u64 {
-        self.peak
+        self.acct.peak
     }
 
     pub(crate) fn held_bytes(&self) -> u64 {
-        self.held_bytes
+        self.acct.held_bytes
     }
 
     pub(crate) fn work(&self) -> Work {
-        self.work
+        self.report.work
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
+        self.graph.nodes.len()
     }
 
     fn node(&self, i: u32) -> &Node {
-        &self.nodes[i as usize]
+        &self.graph.nodes[i as usize]
     }
 
     /// Whether value `i` may be evicted and rebuilt now: statically rebuildable, and not
     /// pinned in place of an input (NOTE [pin-release]).
     fn rebuildable(&self, i: u32) -> bool {
-        rebuildable(self.node(i)) && !self.pinned_now[i as usize]
+        rebuildable(self.node(i)) && !self.life.pinned_now[i as usize]
     }
 
     /// The next step position at or after the current one that reads `v`.
     fn next_read(&mut self, v: u32) -> Option<u32> {
-        let analysis = self.analysis.as_ref()?;
+        let analysis = self.graph.analysis.as_ref()?;
         let positions = &analysis.read_positions[v as usize];
-        let mut k = self.read_cursor[v as usize] as usize;
-        while k < positions.len() && (positions[k] as usize) < self.step_pos {
+        let mut k = self.sweep.read_cursor[v as usize] as usize;
+        while k < positions.len() && (positions[k] as usize) < self.sweep.step_pos {
             k += 1;
         }
-        self.read_cursor[v as usize] = k as u32;
+        self.sweep.read_cursor[v as usize] = k as u32;
         positions.get(k).copied()
     }
 
     /// NOTE [decisions]: records a decision of `options` options; returns the one to take.
     fn decide(&mut self, options: usize) -> usize {
-        if !self.planned || options < 2 {
+        if !self.knobs.planned || options < 2 {
             return 0;
         }
-        let k = self.decisions.len();
-        self.decisions.push(options.min(u8::MAX as usize) as u8);
-        let choice = self.choices.get(k).copied().unwrap_or(0) as usize;
+        let k = self.knobs.decisions.len();
+        self.knobs
+            .decisions
+            .push(options.min(u8::MAX as usize) as u8);
+        let choice = self.knobs.hints.choices.get(k).copied().unwrap_or(0) as usize;
         if choice < options { choice } else { 0 }
     }
 
     /// Applies the planner's hints (planned runs only).
     pub(crate) fn set_hints(&mut self, hints: &Hints) {
-        self.keep_sources = hints.keep_sources;
-        self.late_keep = hints.late_keep;
-        self.choices = hints.choices.clone();
-        self.free_release = hints.free_release;
-        self.keep = hints.keep.clone();
+        self.knobs.hints = hints.clone();
     }
 
     /// The error for a budget that cannot hold what must be held now plus `needed` bytes.
     fn infeasible(&self, needed: u64) -> Error {
-        match &self.view {
-            Some(view) if !self.bound_errors => Error::Infeasible {
-                budget_bytes: self.budget,
+        match &self.graph.view {
+            Some(view) if !self.knobs.bound_errors => Error::Infeasible {
+                budget_bytes: self.knobs.budget,
                 min_budget_bytes: min_feasible_budget(view),
                 lower_bound: false,
             },
             _ => {
-                let pinned: u64 = (0..self.nodes.len() as u32)
-                    .filter(|&v| self.held[v as usize] && !self.rebuildable(v))
+                let pinned: u64 = (0..self.graph.nodes.len() as u32)
+                    .filter(|&v| self.acct.held[v as usize] && !self.rebuildable(v))
                     .map(|v| self.node(v).bytes)
                     .sum();
                 let fixed: u64 = self
+                    .graph
                     .nodes
                     .iter()
                     .enumerate()
@@ -408,7 +405,7 @@ impl<'a> Exec<'a> {
                     .map(|(_, n)| n.fixed_bytes)
                     .sum();
                 Error::Infeasible {
-                    budget_bytes: self.budget,
+                    budget_bytes: self.knobs.budget,
                     min_budget_bytes: pinned + fixed + needed,
                     lower_bound: true,
                 }
@@ -417,12 +414,12 @@ impl<'a> Exec<'a> {
     }
 
     pub(crate) fn step_pos(&self) -> usize {
-        self.step_pos
+        self.sweep.step_pos
     }
 
     /// Whether node `v`'s step ran (false for a node not appended yet).
     fn has_stepped(&self, v: u32) -> bool {
-        self.stepped.get(v as usize).copied().unwrap_or(false)
+        self.sweep.stepped.get(v as usize).copied().unwrap_or(false)
     }
 }
 
@@ -432,52 +429,65 @@ impl Exec<'_> {
     /// scratch, between events (planned runs). Returns the first that fails.
     pub(crate) fn check_invariants(&mut self) -> Result<(), String> {
         let view = self
+            .graph
             .view
             .clone()
             .expect("remat internal error: a known graph");
-        let n = self.nodes.len();
+        let n = self.graph.nodes.len();
         let mut held_bytes = 0;
         for v in 0..n {
-            if self.held[v] {
-                if self.dead[v] {
+            if self.acct.held[v] {
+                if self.life.dead[v] {
                     return Err(format!("value {v} is dead but held"));
                 }
-                held_bytes += self.nodes[v].bytes;
+                held_bytes += self.graph.nodes[v].bytes;
             }
-            if v < self.computed as usize && !self.has_stepped(self.nodes[v].releaser(v as u32)) {
-                held_bytes += self.nodes[v].fixed_bytes;
+            if v < self.computed as usize
+                && !self.has_stepped(self.graph.nodes[v].releaser(v as u32))
+            {
+                held_bytes += self.graph.nodes[v].fixed_bytes;
             }
-            if self.uses[v] != 0 {
-                return Err(format!("uses[{v}] = {} between events", self.uses[v]));
+            if self.sweep.uses[v] != 0 {
+                return Err(format!("uses[{v}] = {} between events", self.sweep.uses[v]));
             }
-            let candidate = self.candidate_pos[v] != NONE;
-            if candidate != (self.held[v] && self.rebuildable(v as u32)) {
+            let candidate = self.acct.candidate_pos[v] != NONE;
+            if candidate != (self.acct.held[v] && self.rebuildable(v as u32)) {
                 return Err(format!("value {v}: candidate {candidate}"));
             }
-            if self.dead[v] {
+            if self.life.dead[v] {
                 continue;
             }
-            let reads = view.step_order()[self.step_pos..]
+            let reads = view.step_order()[self.sweep.step_pos..]
                 .iter()
-                .filter(|&&s| self.nodes[s as usize].step_reads.contains(&(v as u32)))
+                .filter(|&&s| {
+                    self.graph.nodes[s as usize]
+                        .step_reads
+                        .contains(&(v as u32))
+                })
                 .count();
-            let consumers = self.consumers[v]
+            let consumers = self.graph.consumers[v]
                 .iter()
-                .filter(|&&w| !self.dead[w as usize] && self.rebuildable(w))
+                .filter(|&&w| !self.life.dead[w as usize] && self.rebuildable(w))
                 .count();
             let expected = (reads + consumers) as u32;
-            if self.need[v] != expected {
+            if self.life.need[v] != expected {
                 return Err(format!(
                     "need[{v}] = {} but {reads} reads + {consumers} consumers remain",
-                    self.need[v]
+                    self.life.need[v]
                 ));
             }
         }
-        if held_bytes != self.held_bytes {
-            return Err(format!("held_bytes {} != {held_bytes}", self.held_bytes));
+        if held_bytes != self.acct.held_bytes {
+            return Err(format!(
+                "held_bytes {} != {held_bytes}",
+                self.acct.held_bytes
+            ));
         }
-        if self.held_bytes > self.budget {
-            return Err(format!("held_bytes {} over the budget", self.held_bytes));
+        if self.acct.held_bytes > self.knobs.budget {
+            return Err(format!(
+                "held_bytes {} over the budget",
+                self.acct.held_bytes
+            ));
         }
         Ok(())
     }

@@ -15,26 +15,27 @@ impl Exec<'_> {
     /// [pin-release]; their plans are kept in `releases` for `replay`).
     pub(super) fn consumable_inputs(&mut self, x: u32) -> Vec<u32> {
         let mut inputs = Vec::new();
-        for_each_distinct(&self.nodes[x as usize].inputs, |u| inputs.push(u));
-        inputs.retain(|&u| self.uses[u as usize] == 1);
-        self.releases.clear();
+        for_each_distinct(&self.graph.nodes[x as usize].inputs, |u| inputs.push(u));
+        inputs.retain(|&u| self.sweep.uses[u as usize] == 1);
+        self.sweep.releases.clear();
         let mut consumable = Vec::new();
         for u in inputs {
             if self.rebuildable(u) {
                 consumable.push(u);
             } else if let Some(plan) = self.release_plan(u, Some(x)) {
-                self.releases.push((u, plan));
+                self.sweep.releases.push((u, plan));
                 consumable.push(u);
             }
         }
         // A value pinned by one of these releases stays held.
         consumable.retain(|&u| {
             !self
+                .sweep
                 .releases
                 .iter()
                 .any(|(_, plan)| plan.frontier.contains(&u))
         });
-        self.releases.retain(|(u, _)| consumable.contains(u));
+        self.sweep.releases.retain(|(u, _)| consumable.contains(u));
         consumable
     }
 
@@ -55,7 +56,7 @@ impl Exec<'_> {
     /// pass) as held; then the weight condition always applies, so that dropping the value
     /// makes room for the one kept. Returns whether the value was dropped.
     fn release_assuming(&mut self, u: u32, assume: Option<u32>) -> bool {
-        self.held[u as usize] && self.release_pinned(u, assume)
+        self.acct.held[u as usize] && self.release_pinned(u, assume)
     }
 
     /// The walk and the release of NOTE [pin-release] for `u`, held or not: a pinned value
@@ -63,8 +64,8 @@ impl Exec<'_> {
     pub(super) fn release_pinned(&mut self, u: u32, assume: Option<u32>) -> bool {
         match self.release_plan(u, assume) {
             Some(plan) => {
-                if self.held[u as usize] {
-                    self.out.push(Action::Free(u));
+                if self.acct.held[u as usize] {
+                    self.report.out.push(Action::Free(u));
                     self.release(u);
                 }
                 self.apply_release(u, plan);
@@ -77,16 +78,20 @@ impl Exec<'_> {
     /// The walk of NOTE [pin-release] for `u`: the frontier and the values crossed, if `u`
     /// may be dropped (nothing changes).
     fn release_plan(&mut self, u: u32, assume: Option<u32>) -> Option<ReleasePlan> {
-        if self.dead[u as usize] || rebuildable(self.node(u)) || self.pinned_now[u as usize] {
+        if self.life.dead[u as usize]
+            || rebuildable(self.node(u))
+            || self.life.pinned_now[u as usize]
+        {
             return None;
         }
-        if self.view.is_none() || (!self.planned && !self.in_backward) {
+        if self.graph.view.is_none() || (!self.knobs.planned && !self.sweep.in_backward) {
             return None;
         }
         if self.read_later(u) {
             return None;
         }
         let analysis = self
+            .graph
             .analysis
             .clone()
             .expect("remat internal error: analysis is set");
@@ -95,7 +100,7 @@ impl Exec<'_> {
         let mut stack: Vec<u32> = analysis.consumers[u as usize].clone();
         let mut visits = 0;
         while let Some(w) = stack.pop() {
-            if self.dead[w as usize]
+            if self.life.dead[w as usize]
                 || !self.rebuildable(w)
                 || frontier.contains(&w)
                 || crossed.contains(&w)
@@ -108,12 +113,12 @@ impl Exec<'_> {
             }
             // In the forward pass, a value still to be decided (at this op or a later one
             // that has it in hand) can still be kept.
-            let kept_later = self.late_keep
-                && !self.in_backward
-                && !self.offered[w as usize]
+            let kept_later = self.knobs.hints.late_keep
+                && !self.sweep.in_backward
+                && !self.life.offered[w as usize]
                 && self.node(w).forced != Some(Forced::Recompute)
                 && analysis.last_in_hand[w as usize] + 1 >= self.computed;
-            if self.held[w as usize] || Some(w) == assume || kept_later {
+            if self.acct.held[w as usize] || Some(w) == assume || kept_later {
                 frontier.push(w);
                 continue;
             }
@@ -125,8 +130,8 @@ impl Exec<'_> {
         }
         let pinned: u64 = frontier.iter().map(|&w| self.node(w).bytes).sum();
         // A value kept in the forward pass in place of `u` must find room in what `u` frees.
-        let weighed = !self.free_release
-            || (!self.in_backward && assume.is_some_and(|a| frontier.contains(&a)));
+        let weighed = !self.knobs.hints.free_release
+            || (!self.sweep.in_backward && assume.is_some_and(|a| frontier.contains(&a)));
         if weighed && pinned > self.node(u).bytes {
             return None;
         }
@@ -138,30 +143,32 @@ impl Exec<'_> {
     pub(super) fn apply_release(&mut self, u: u32, plan: ReleasePlan) {
         let ReleasePlan { frontier, crossed } = plan;
         debug_assert!(
-            !self.held[u as usize],
+            !self.acct.held[u as usize],
             "remat internal error: release of a held value"
         );
-        self.dead[u as usize] = true;
-        self.offered[u as usize] = true;
+        self.life.dead[u as usize] = true;
+        self.life.offered[u as usize] = true;
         // Pin the frontier first: a value crossed may be the last consumer of a frontier
         // value, which must then die pinned (its inputs counted down once, here).
         let mut dying = Vec::new();
         for w in frontier {
-            if self.dead[w as usize] {
+            if self.life.dead[w as usize] {
                 continue;
             }
-            if std::mem::replace(&mut self.pinned_now[w as usize], true) {
+            if std::mem::replace(&mut self.life.pinned_now[w as usize], true) {
                 // Already pinned by an earlier release: its inputs were counted down then.
                 continue;
             }
-            self.drop_candidate(w);
-            for k in 0..self.nodes[w as usize].inputs.len() {
-                let x = self.nodes[w as usize].inputs[k];
-                if self.nodes[w as usize].inputs[..k].contains(&x) || self.dead[x as usize] {
+            self.acct.drop_candidate(w);
+            for k in 0..self.graph.nodes[w as usize].inputs.len() {
+                let x = self.graph.nodes[w as usize].inputs[k];
+                if self.graph.nodes[w as usize].inputs[..k].contains(&x)
+                    || self.life.dead[x as usize]
+                {
                     continue;
                 }
-                self.need[x as usize] -= 1;
-                if self.need[x as usize] == 0 {
+                self.life.need[x as usize] -= 1;
+                if self.life.need[x as usize] == 0 {
                     dying.push(x);
                 }
             }
@@ -172,10 +179,11 @@ impl Exec<'_> {
 
     /// Whether a step still to run reads `v`.
     fn read_later(&mut self, v: u32) -> bool {
-        if self.in_backward {
+        if self.sweep.in_backward {
             self.next_read(v).is_some()
         } else {
-            self.analysis
+            self.graph
+                .analysis
                 .as_ref()
                 .is_some_and(|a| !a.read_positions[v as usize].is_empty())
         }
@@ -190,21 +198,21 @@ impl Exec<'_> {
     /// [`Exec::release_above`] with [`Exec::release_assuming`]'s `assume` = `v`, when `v`
     /// is about to be kept: returns whether `v` ended up pinned (it must then be kept).
     pub(super) fn release_above_assuming(&mut self, v: u32, assume: Option<u32>) -> bool {
-        let mut stack: Vec<u32> = self.nodes[v as usize].inputs.clone();
+        let mut stack: Vec<u32> = self.graph.nodes[v as usize].inputs.clone();
         let mut seen: Vec<u32> = Vec::new();
         while let Some(x) = stack.pop() {
             if seen.contains(&x) || seen.len() >= RELEASE_WALK {
                 continue;
             }
             seen.push(x);
-            if self.held[x as usize] {
-                if !rebuildable(self.node(x)) && !self.pinned_now[x as usize] {
+            if self.acct.held[x as usize] {
+                if !rebuildable(self.node(x)) && !self.life.pinned_now[x as usize] {
                     self.release_assuming(x, assume);
                 }
-            } else if !self.dead[x as usize] && self.rebuildable(x) {
-                stack.extend_from_slice(&self.nodes[x as usize].inputs);
+            } else if !self.life.dead[x as usize] && self.rebuildable(x) {
+                stack.extend_from_slice(&self.graph.nodes[x as usize].inputs);
             }
         }
-        assume.is_some_and(|a| self.pinned_now[a as usize])
+        assume.is_some_and(|a| self.life.pinned_now[a as usize])
     }
 }
