@@ -12,21 +12,66 @@
 //! - `need` is computed once, in reverse index order (consumers have larger indices).
 //! - `death[v]` is the step position at which `v` dies, or [`NONE`] if `v` is never needed.
 
+use std::ops::Index;
+
 use super::simulate::for_each_distinct;
 use super::view::{GraphView, rebuildable};
 
 /// No position / no node.
 pub(crate) const NONE: u32 = u32::MAX;
 
+/// A list of `u32` for each of a view's values, laid end to end: list `v` is
+/// `items[start[v]..start[v + 1]]`.
+///
+/// NOTE [flat-lists]: an analysis is made for every planning of a view, in the step it
+/// plans for (the engine's first step resumes over its view, NOTE \[planner-memory\] in
+/// `rotor/solve.rs`), and a list per value (a `Vec` each: three words and an allocation) was
+/// about 80 bytes a value for consumers and read positions, 0.35 MB on Burn's `Lstm` over 128
+/// steps. Laid end to end they take a word a value and a word an item; each planned run
+/// reads them where it copied them before (`Exec::planned`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Lists {
+    start: Vec<u32>,
+    items: Vec<u32>,
+}
+
+impl Lists {
+    /// The lists of `n` values, from `each`, which hands every `(value, item)` pair to its
+    /// argument, each list's items in order; `each` is called twice (to count, then to fill)
+    /// and must hand the same pairs both times.
+    fn build(n: usize, each: impl Fn(&mut dyn FnMut(u32, u32))) -> Self {
+        let mut start = vec![0u32; n + 1];
+        each(&mut |v, _| start[v as usize + 1] += 1);
+        for k in 0..n {
+            start[k + 1] += start[k];
+        }
+        let mut next = start[..n].to_vec();
+        let mut items = vec![0u32; start[n] as usize];
+        each(&mut |v, item| {
+            items[next[v as usize] as usize] = item;
+            next[v as usize] += 1;
+        });
+        Self { start, items }
+    }
+}
+
+impl Index<usize> for Lists {
+    type Output = [u32];
+
+    fn index(&self, v: usize) -> &[u32] {
+        &self.items[self.start[v] as usize..self.start[v + 1] as usize]
+    }
+}
+
 pub(crate) struct Analysis {
-    /// The distinct nodes whose `inputs` name each value, ascending.
-    pub(crate) consumers: Vec<Vec<u32>>,
+    /// The distinct nodes whose `inputs` name each value, ascending (NOTE [flat-lists]).
+    pub(crate) consumers: Lists,
     /// NOTE [need]: the initial count.
     pub(crate) need: Vec<u32>,
     /// NOTE [need]: the step position at which the value dies.
     pub(crate) death: Vec<u32>,
-    /// The step positions that read each value, ascending.
-    pub(crate) read_positions: Vec<Vec<u32>>,
+    /// The step positions that read each value, ascending (NOTE [flat-lists]).
+    pub(crate) read_positions: Lists,
     /// The largest index of a needed rebuildable consumer of each value, or [`NONE`]: a
     /// rebuild that starts from scratch holds the value until then.
     pub(crate) last_consumer: Vec<u32>,
@@ -39,16 +84,16 @@ impl Analysis {
     pub(crate) fn new(view: &GraphView) -> Self {
         let n = view.len();
         let nodes = view.nodes();
-        let mut consumers: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for (w, node) in nodes.iter().enumerate() {
-            for_each_distinct(&node.inputs, |u| consumers[u as usize].push(w as u32));
-        }
-        let mut read_positions: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for (p, &s) in view.step_order().iter().enumerate() {
-            for_each_distinct(&nodes[s as usize].step_reads, |r| {
-                read_positions[r as usize].push(p as u32)
-            });
-        }
+        let consumers = Lists::build(n, |push| {
+            for (w, node) in nodes.iter().enumerate() {
+                for_each_distinct(&node.inputs, |u| push(u, w as u32));
+            }
+        });
+        let read_positions = Lists::build(n, |push| {
+            for (p, &s) in view.step_order().iter().enumerate() {
+                for_each_distinct(&nodes[s as usize].step_reads, |r| push(r, p as u32));
+            }
+        });
         let mut need = vec![0u32; n];
         let mut last_consumer = vec![NONE; n];
         for v in (0..n).rev() {

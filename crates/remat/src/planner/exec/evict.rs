@@ -243,9 +243,9 @@ impl Exec<'_> {
         if let Some(t) = self.next_read(v) {
             next = next.min(n + t as u64);
         }
-        let consumers = self.graph.consumers[v as usize].len().min(16);
+        let consumers = self.consumers_of(v).len().min(16);
         for k in 0..consumers {
-            let w = self.graph.consumers[v as usize][k];
+            let w = self.consumers_of(v)[k];
             if Some(w) != self.sweep.replaying
                 && !self.acct.held[w as usize]
                 && !self.life.dead[w as usize]

@@ -96,8 +96,8 @@ impl Exec<'_> {
         }
         let mut seen = vec![false; self.graph.nodes.len()];
         while let Some(u) = stack.pop() {
-            for k in 0..self.graph.consumers[u as usize].len() {
-                let w = self.graph.consumers[u as usize][k];
+            for k in 0..self.consumers_of(u).len() {
+                let w = self.consumers_of(u)[k];
                 if !rebuildable(self.node(w)) || std::mem::replace(&mut seen[w as usize], true) {
                     continue;
                 }

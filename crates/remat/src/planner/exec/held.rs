@@ -139,8 +139,8 @@ impl Exec<'_> {
                 self.acct.classes.union(v, u);
             }
         }
-        for k in 0..self.graph.consumers[v as usize].len() {
-            let w = self.graph.consumers[v as usize][k];
+        for k in 0..self.consumers_of(v).len() {
+            let w = self.consumers_of(v)[k];
             if (w as usize) < self.acct.evicted.len() && self.acct.evicted[w as usize] {
                 self.acct.classes.union(v, w);
             }

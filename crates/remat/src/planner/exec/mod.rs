@@ -223,7 +223,6 @@ impl<'a> Exec<'a> {
         // its own (NOTE \[planner-memory\] in `rotor/solve.rs`).
         exec.knobs.bound_errors = true;
         exec.life.need = analysis.need.clone();
-        exec.graph.consumers = analysis.consumers.clone();
         exec.grow(view.len());
         exec.graph.released = view.released_by_steps();
         for v in 0..view.len() {
@@ -275,7 +274,10 @@ impl<'a> Exec<'a> {
             room_for(list, n);
             list.resize(n, value);
         }
-        to(&mut self.graph.consumers, n, Vec::new());
+        if !self.knobs.planned {
+            // A planned run reads its analysis's (`consumers_of`).
+            to(&mut self.graph.consumers, n, Vec::new());
+        }
         to(&mut self.graph.reads_known, n, 0);
         to(&mut self.life.need, n, 0);
         to(&mut self.acct.held, n, false);
@@ -341,6 +343,15 @@ impl<'a> Exec<'a> {
 
     pub(crate) fn len(&self) -> usize {
         self.graph.nodes.len()
+    }
+
+    /// The distinct consumers of `v`: its analysis's in a planned run (NOTE \[flat-lists\] in
+    /// `analysis.rs`: not copied for each run), else the ones linked so far.
+    fn consumers_of(&self, v: u32) -> &[u32] {
+        match &self.graph.analysis {
+            Some(analysis) if self.knobs.planned => &analysis.consumers[v as usize],
+            _ => &self.graph.consumers[v as usize],
+        }
     }
 
     fn node(&self, i: u32) -> &Node {
@@ -465,7 +476,8 @@ impl Exec<'_> {
                         .contains(&(v as u32))
                 })
                 .count();
-            let consumers = self.graph.consumers[v]
+            let consumers = self
+                .consumers_of(v as u32)
                 .iter()
                 .filter(|&&w| !self.life.dead[w as usize] && self.rebuildable(w))
                 .count();

@@ -97,7 +97,7 @@ impl Exec<'_> {
             .expect("remat internal error: analysis is set");
         let mut frontier: Vec<u32> = Vec::new();
         let mut crossed: Vec<u32> = Vec::new();
-        let mut stack: Vec<u32> = analysis.consumers[u as usize].clone();
+        let mut stack: Vec<u32> = analysis.consumers[u as usize].to_vec();
         let mut visits = 0;
         while let Some(w) = stack.pop() {
             if self.life.dead[w as usize]
