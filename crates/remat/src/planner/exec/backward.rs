@@ -8,36 +8,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::evict::Room;
-use super::{Exec, ReleasePlan, Strategy};
+use super::{Exec, Strategy};
 use crate::planner::analysis::{Analysis, NONE};
 use crate::planner::simulate::for_each_distinct;
 use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, GraphView};
-
-/// The backward pass's progress and the current step's sweep (this file; `evict.rs` and
-/// `release.rs` read it, and the sweep's eviction scores set `replaying`).
-#[derive(Default)]
-pub(super) struct Sweep {
-    /// Whether the backward pass started.
-    pub(super) in_backward: bool,
-    /// The next step's position in the step order.
-    pub(super) step_pos: usize,
-    /// Whether each node's step ran.
-    pub(super) stepped: Vec<bool>,
-    /// Per value, how far `Exec::next_read` went in its read positions.
-    pub(super) read_cursor: Vec<u32>,
-    /// Where the current step's actions start.
-    pub(super) step_start: usize,
-    /// INVARIANT: zero outside a sweep; inside, the sweep's remaining reads of each value
-    /// (module docs, `# Invariants`).
-    pub(super) uses: Vec<u32>,
-    /// The value the sweep is about to replay, and (while its consumable inputs are
-    /// scored) the consumer `distance` leaves out.
-    pub(super) current_replay: Option<u32>,
-    pub(super) replaying: Option<u32>,
-    /// Release plans of the pinned inputs the current replay may take.
-    pub(super) releases: Vec<(u32, ReleasePlan)>,
-}
 
 impl<'a> Exec<'a> {
     /// The whole graph is `view`, whose nodes this executor was resumed over: the backward

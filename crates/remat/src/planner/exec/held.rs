@@ -2,43 +2,8 @@
 //! which of them are eviction candidates, and the evicted values' classes ([`Classes`]: DTR's
 //! equivalence classes, a union-find whose roots sum their members' costs).
 
-use super::Exec;
+use super::{Accounting, Classes, Exec};
 use crate::planner::analysis::NONE;
-
-/// The accounting (this file): the held values and their bytes, the eviction candidates
-/// (`evict.rs` scores them), and the evicted values and their classes.
-#[derive(Default)]
-pub(super) struct Accounting {
-    /// Whether each value is held.
-    pub(super) held: Vec<bool>,
-    /// INVARIANT: the held values' bytes plus the constants of every node computed and not
-    /// stepped (module docs, `# Invariants`).
-    pub(super) held_bytes: u64,
-    /// The most `held_bytes` has been.
-    pub(super) peak: u64,
-    /// The held rebuildable values (module docs, `# Invariants`), in no order.
-    pub(super) candidates: Vec<u32>,
-    /// Per value, its index in `candidates`, or `NONE`.
-    pub(super) candidate_pos: Vec<u32>,
-    /// Where the next scan of `candidates` starts when they are more than `SCAN_LIMIT`
-    /// (`evict.rs`: DTR's sampling).
-    pub(super) scan_offset: usize,
-    /// Per value, `Exec::now` at its last access: DTR's staleness (`evict.rs`).
-    pub(super) last_access: Vec<u64>,
-    /// INVARIANT: `evicted[v]` iff `v` is computed, rebuildable, alive and not held.
-    pub(super) evicted: Vec<bool>,
-    /// The classes of the evicted values.
-    pub(super) classes: Classes,
-}
-
-/// DTR's equivalence classes of evicted values: a union-find whose roots sum their
-/// members' costs; classes are joined, never split.
-#[derive(Default)]
-pub(super) struct Classes {
-    pub(super) uf_parent: Vec<u32>,
-    pub(super) uf_size: Vec<u32>,
-    pub(super) uf_cost: Vec<f64>,
-}
 
 impl Accounting {
     /// Removes `v` from the eviction candidates, if it is one.

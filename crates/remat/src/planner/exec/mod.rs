@@ -51,8 +51,6 @@ pub(super) mod runs;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use self::backward::Sweep;
-use self::held::Accounting;
 use super::analysis::{Analysis, NONE};
 use super::grow::room_for;
 use super::view::rebuildable;
@@ -127,6 +125,8 @@ struct Graph<'a> {
     /// Set once the whole graph is known (from the start for planned runs).
     view: Option<Cow<'a, GraphView>>,
     analysis: Option<Arc<Analysis>>,
+    /// The distinct consumers linked so far of each value (online); a planned run reads its
+    /// analysis's instead ([`Exec::consumers_of`]).
     consumers: Vec<Vec<u32>>,
     /// Recorded steps that read each value (forward, online).
     reads_known: Vec<u32>,
@@ -163,6 +163,70 @@ struct Report {
     /// The rebuild cost of the replays so far.
     cost: f64,
     work: Work,
+}
+
+// The state `backward.rs` and `held.rs` own is defined here, with the rest of [`Exec`]'s:
+// a child file names this one (`super::Exec`), so this one names none of them
+// (`tests/layers.rs`, `no_file_level_cycle`).
+
+/// The backward pass's progress and the current step's sweep (`backward.rs`; `evict.rs` and
+/// `release.rs` read it, and the sweep's eviction scores set `replaying`).
+#[derive(Default)]
+struct Sweep {
+    /// Whether the backward pass started.
+    in_backward: bool,
+    /// The next step's position in the step order.
+    step_pos: usize,
+    /// Whether each node's step ran.
+    stepped: Vec<bool>,
+    /// Per value, how far `Exec::next_read` went in its read positions.
+    read_cursor: Vec<u32>,
+    /// Where the current step's actions start.
+    step_start: usize,
+    /// INVARIANT: zero outside a sweep; inside, the sweep's remaining reads of each value
+    /// (module docs, `# Invariants`).
+    uses: Vec<u32>,
+    /// The value the sweep is about to replay, and (while its consumable inputs are
+    /// scored) the consumer `distance` leaves out.
+    current_replay: Option<u32>,
+    replaying: Option<u32>,
+    /// Release plans of the pinned inputs the current replay may take.
+    releases: Vec<(u32, ReleasePlan)>,
+}
+
+/// The accounting (`held.rs`): the held values and their bytes, the eviction candidates
+/// (`evict.rs` scores them), and the evicted values and their classes.
+#[derive(Default)]
+struct Accounting {
+    /// Whether each value is held.
+    held: Vec<bool>,
+    /// INVARIANT: the held values' bytes plus the constants of every node computed and not
+    /// stepped (module docs, `# Invariants`).
+    held_bytes: u64,
+    /// The most `held_bytes` has been.
+    peak: u64,
+    /// The held rebuildable values (module docs, `# Invariants`), in no order.
+    candidates: Vec<u32>,
+    /// Per value, its index in `candidates`, or `NONE`.
+    candidate_pos: Vec<u32>,
+    /// Where the next scan of `candidates` starts when they are more than `SCAN_LIMIT`
+    /// (`evict.rs`: DTR's sampling).
+    scan_offset: usize,
+    /// Per value, `Exec::now` at its last access: DTR's staleness (`evict.rs`).
+    last_access: Vec<u64>,
+    /// INVARIANT: `evicted[v]` iff `v` is computed, rebuildable, alive and not held.
+    evicted: Vec<bool>,
+    /// The classes of the evicted values.
+    classes: Classes,
+}
+
+/// DTR's equivalence classes of evicted values: a union-find whose roots sum their
+/// members' costs; classes are joined, never split.
+#[derive(Default)]
+struct Classes {
+    uf_parent: Vec<u32>,
+    uf_size: Vec<u32>,
+    uf_cost: Vec<f64>,
 }
 
 /// What a planned run does differently (the planner's portfolio variants and search).
