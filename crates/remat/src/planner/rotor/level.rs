@@ -217,8 +217,9 @@ impl Level {
 
     /// NOTE [rev-triangle]: `rev(s, t)` is defined for `s <= t` only, so a `rev` table
     /// holds the pairs row by row, `t` then `s` (`t (t + 1) / 2 + s`): half the square it
-    /// was laid out in, which took 55% of the first step's planning memory on Burn's `Lstm`
-    /// (128 steps; NOTE \[planner-memory\] in `solve.rs`).
+    /// was laid out in, whose other half was never written (the tables were 55% of the
+    /// first step's planning memory on Burn's `Lstm` over 128 steps; NOTE
+    /// \[planner-memory\] in `solve.rs`).
     pub(super) fn rev_at(&self, s: usize, t: usize, m: usize, scale: Scale) -> usize {
         debug_assert!(
             s <= t && t < self.n(),

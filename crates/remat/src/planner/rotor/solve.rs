@@ -22,9 +22,13 @@ pub(super) const UNITS: u64 = 160;
 // matrices under budgets of 1.6 to 32 MB: the first step's heap peaked at 1.3x SaveAll's
 // whatever the budget. The tables of one solve may now take at most [`table_cap`]: a quarter
 // of the room, [`MIN_TABLE_CAP`], or an eighth of what the view's steps read (what keeping
-// all holds), whichever is most (half, 256 KiB and a quarter while the `rev` tables were
-// laid out square, twice their size: NOTE \[rev-triangle\] in `level.rs`; the same units
-// as then). The last keeps the level cuts that long chains at tight
+// all holds), whichever is most: half, 256 KiB and a quarter while the levels' `rev` tables
+// were laid out square, twice their size (NOTE \[rev-triangle\] in `level.rs`), so the
+// levels' units are as then. Finer units are not always better plans: at the old cap,
+// Burn's recorded `Lstm` at 13% of its bytes replayed 4.3 forward passes where it replays
+// 2.8 (`burn_s_lstm_is_planned_by_its_tuples_below_a_sixth_of_its_bytes`). A run's tables are not triangles: it takes the whole cap where it took half (at
+// half, a 10,000-block power iteration at 3 slots replayed 15.42 forward passes, not 14.98).
+// The last share keeps the level cuts that long chains at tight
 // budgets need (NOTE \[level-cuts\]; a 10,000-block power iteration of 32 KB matrices one
 // slot above its smallest budget replays 92.5 forward passes, 503 with 13 MB of tables)
 // while the tables stay a share of SaveAll's own peak. It was 2 KiB an op with a floor of
@@ -197,11 +201,14 @@ impl<'a> Rotor<'a> {
         let run = layout.filter(|_| stages.len() > group).map(|layout| {
             let blocks = layout.2;
             let merge = blocks.div_ceil(MAX_BLOCKS);
-            // Each try's tables within half the cap (both are alive while compared).
+            // Each try's tables within the cap, as they were within half of twice it before
+            // the levels' `rev` tables became triangles (NOTE [planner-memory]): a run's
+            // tables are not, and at half this cap a 10,000-block power iteration at 3 slots
+            // replayed 15.42 forward passes where it replays 14.98.
             let within = |items: usize| {
                 let tables = if lean { RUN_TABLES } else { RUN_TABLES - 2 };
                 let per_unit = tables * (items as u64 + 1) * ENTRY_BYTES;
-                (cap / 2 / per_unit).saturating_sub(1).max(MIN_UNITS)
+                (cap / per_unit).saturating_sub(1).max(MIN_UNITS)
             };
             let run_units = scaled(RUN_UNITS, fraction).min(within(blocks / merge));
             let mut tries = vec![(Scale::new(room, boundary, run_units), merge)];
