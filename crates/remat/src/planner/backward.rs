@@ -198,6 +198,13 @@ pub(crate) fn plan_backward(
 /// go on, from the lean state). Revolve is weighed first, as before: it is cheap to plan.
 const ONLINE_ENOUGH: f64 = 4.0;
 
+/// The replay cost within which online eviction is taken without planning the others
+/// (NOTE [online-first]): [`ONLINE_ENOUGH`] forward passes of a view over [`LONG_CHAIN`]
+/// ops; `None` on a shorter view, whose other plans are small to make.
+fn online_enough(view: &GraphView) -> Option<f64> {
+    (view.len() > LONG_CHAIN).then(|| ONLINE_ENOUGH * view.forward_cost())
+}
+
 /// The cheapest plan from the held state: Revolve, online eviction where it replays less
 /// and at most [`ONLINE_ENOUGH`] forward passes (NOTE [online-first]), else also the chain's
 /// DP on a long chain of blocks, online eviction abandoned once it replays more than the
@@ -216,13 +223,8 @@ fn online(
     // state with the held values dropped, when it replays less (on a short one the online
     // plan is near it, and the DP's tables would be planner memory held beside every kept
     // value: `memory.rs`, `a_budget_bounds_what_the_allocator_sees`).
-    let long = view.len() > LONG_CHAIN;
-    let enough = if long {
-        ONLINE_ENOUGH * nodes.iter().map(|n| n.cost).sum::<f64>()
-    } else {
-        f64::INFINITY
-    };
-    let first_limit = cost_of(&revolve).min(enough);
+    let enough = online_enough(view);
+    let first_limit = cost_of(&revolve).min(enough.unwrap_or(f64::INFINITY));
     // Made for this state and this budget, without a limit; else made within the limit.
     let first = match made {
         Some(steps) => Ok(Some(steps)),
@@ -242,7 +244,7 @@ fn online(
         }
         other => other,
     };
-    let chain = long.then(|| chain_resume(view, held, budget)).flatten();
+    let chain = enough.and_then(|_| chain_resume(view, held, budget));
     let best = match (revolve, chain) {
         (Some(r), Some(c)) => Some(if c.1 < r.1 { c } else { r }),
         (r, c) => r.or(c),
@@ -271,12 +273,11 @@ fn online(
 fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
     // On a short view the others' planning is small: online eviction goes last, as it
     // does in [`online`].
-    let enough = if view.len() > LONG_CHAIN {
-        ONLINE_ENOUGH * view.nodes().iter().map(|n| n.cost).sum::<f64>()
-    } else {
-        0.0
+    let enough = online_enough(view);
+    let first = match enough {
+        Some(enough) => online_within(view, pinned, budget, enough),
+        None => Ok(None),
     };
-    let first = online_within(view, pinned, budget, enough);
     if let Ok(Some(steps)) = first {
         return Some(BackwardPlan::Online(steps));
     }
@@ -289,8 +290,10 @@ fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
     .min_by(|a, b| a.1.total_cmp(&b.1));
     let limit = planned.as_ref().map_or(f64::INFINITY, |(_, cost)| *cost);
     let attempt = match first {
-        // Abandoned past `enough`: it may still replay less than the others.
-        Ok(None) if limit > enough => online_within(view, pinned, budget, limit),
+        // Not run yet, or abandoned past `enough`: it may still replay less than the others.
+        Ok(None) if enough.is_none_or(|enough| limit > enough) => {
+            online_within(view, pinned, budget, limit)
+        }
         other => other,
     };
     match attempt {

@@ -143,9 +143,9 @@ impl GraphView {
     /// # Errors
     /// [`Error::InvalidView`] when a node or the order breaks the rules in the module docs.
     pub fn with_step_order(mut nodes: Vec<Node>, step_order: Vec<u32>) -> Result<Self, Error> {
-        // A view lives as long as its plan, and the engine's lists grow by doubling: the
-        // nodes of Burn's `Lstm` over 128 steps (4,737 ops) had room for 8,192, 0.36 MB
-        // more at the first step's peak under a budget.
+        // A view lives as long as its plan, and lists that grow leave room: the nodes of
+        // Burn's `Lstm` over 128 steps (4,737 ops) had room for 8,192 when they doubled,
+        // 0.36 MB more at the first step's peak under a budget.
         nodes.shrink_to_fit();
         let view = Self { nodes, step_order };
         view.check()?;
