@@ -97,6 +97,7 @@ mod feasible;
 mod grads;
 pub(crate) mod grow;
 mod mask;
+mod packed;
 pub(crate) mod pinned;
 mod plan;
 mod resume;

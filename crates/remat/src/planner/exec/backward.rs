@@ -11,7 +11,6 @@ use super::evict::Room;
 use super::{Exec, Strategy};
 use crate::planner::analysis::{Analysis, NONE};
 use crate::planner::simulate::for_each_distinct;
-use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, GraphView};
 
 impl<'a> Exec<'a> {
@@ -22,7 +21,7 @@ impl<'a> Exec<'a> {
     /// When the executor's nodes are not the view's.
     pub(crate) fn know_view(&mut self, view: &'a GraphView) {
         assert!(
-            std::ptr::eq(self.graph.nodes.as_ref(), view.nodes()),
+            self.graph.nodes.are(view.nodes()),
             "remat internal error: an executor told of a view over other nodes"
         );
         self.graph.view = Some(Cow::Borrowed(view));
@@ -85,10 +84,10 @@ impl<'a> Exec<'a> {
                     self.life.dead[w] = true;
                 }
                 let never_rebuilt = self.life.pinned_now[w] || self.life.lost[w];
-                if never_rebuilt && analysis.need[w] > 0 && rebuildable(&self.graph.nodes[w]) {
-                    for k in 0..self.graph.nodes[w].inputs.len() {
-                        let x = self.graph.nodes[w].inputs[k];
-                        if !self.graph.nodes[w].inputs[..k].contains(&x) {
+                if never_rebuilt && analysis.need[w] > 0 && self.graph.nodes.get(w).rebuildable() {
+                    let inputs = self.graph.nodes.get(w).inputs;
+                    for (k, &x) in inputs.iter().enumerate() {
+                        if !inputs[..k].contains(&x) {
                             self.life.need[x as usize] -= 1;
                         }
                     }
@@ -132,7 +131,7 @@ impl<'a> Exec<'a> {
             .get(self.sweep.step_pos)
             .expect("remat internal error: a step after the last one");
         let mut reads: Vec<u32> = Vec::new();
-        for_each_distinct(&self.node(s).step_reads, |r| reads.push(r));
+        for_each_distinct(self.node(s).step_reads, |r| reads.push(r));
         self.now += 1;
         self.sweep.step_start = self.report.out.len();
         let fell_back = match self.knobs.strategy {
@@ -203,8 +202,8 @@ impl<'a> Exec<'a> {
             }
             self.unmark_evicted(v);
             if self.rebuildable(v) {
-                let node = &self.graph.nodes[v as usize];
-                for_each_distinct(&node.inputs, |u| {
+                let node = self.graph.nodes.get(v as usize);
+                for_each_distinct(node.inputs, |u| {
                     self.life.need[u as usize] -= 1;
                     if self.life.need[u as usize] == 0 {
                         dying.push(u);
@@ -238,7 +237,7 @@ impl<'a> Exec<'a> {
             // Mark as visited with a sentinel; reset below.
             self.sweep.uses[v as usize] = NONE;
             closure.push(v);
-            for &u in &self.graph.nodes[v as usize].inputs {
+            for &u in self.graph.nodes.get(v as usize).inputs {
                 if !self.acct.held[u as usize] && self.sweep.uses[u as usize] != NONE {
                     stack.push(u);
                 }
@@ -254,8 +253,8 @@ impl<'a> Exec<'a> {
     /// Locks the sweep's reads: every input of a closure value, and the step's reads.
     fn lock(&mut self, closure: &[u32], reads: &[u32]) {
         for &x in closure {
-            let node = &self.graph.nodes[x as usize];
-            for_each_distinct(&node.inputs, |u| self.sweep.uses[u as usize] += 1);
+            let node = self.graph.nodes.get(x as usize);
+            for_each_distinct(node.inputs, |u| self.sweep.uses[u as usize] += 1);
         }
         for &r in reads {
             self.sweep.uses[r as usize] += 1;
@@ -319,8 +318,8 @@ impl<'a> Exec<'a> {
     /// Releases the locks a sweep still holds for the closure values not replayed yet.
     fn unlock(&mut self, rest: &[u32], reads: &[u32]) {
         for &x in rest {
-            let node = &self.graph.nodes[x as usize];
-            for_each_distinct(&node.inputs, |u| self.sweep.uses[u as usize] -= 1);
+            let node = self.graph.nodes.get(x as usize);
+            for_each_distinct(node.inputs, |u| self.sweep.uses[u as usize] -= 1);
         }
         for &r in reads {
             self.sweep.uses[r as usize] -= 1;
@@ -365,8 +364,8 @@ impl<'a> Exec<'a> {
             }
         }
         let now = self.now;
-        let node = &self.graph.nodes[x as usize];
-        for_each_distinct(&node.inputs, |u| {
+        let node = self.graph.nodes.get(x as usize);
+        for_each_distinct(node.inputs, |u| {
             self.sweep.uses[u as usize] -= 1;
             self.acct.last_access[u as usize] = now;
         });

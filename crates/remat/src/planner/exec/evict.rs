@@ -217,8 +217,7 @@ impl Exec<'_> {
     fn rebuild_cost(&mut self, v: u32) -> f64 {
         let mut cost = self.node(v).cost;
         let mut roots: SmallVec<[u32; 4]> = SmallVec::new();
-        for k in 0..self.graph.nodes[v as usize].inputs.len() {
-            let u = self.graph.nodes[v as usize].inputs[k];
+        for &u in self.graph.nodes.get(v as usize).inputs {
             if self.acct.evicted[u as usize] {
                 let root = self.acct.classes.find(u);
                 if !roots.contains(&root) {

@@ -5,13 +5,14 @@
 use super::evict::Room;
 use super::{Exec, Strategy};
 use crate::planner::grow;
+use crate::planner::packed::NodeRef;
 use crate::planner::simulate::for_each_distinct;
-use crate::planner::view::rebuildable;
 use crate::planner::{Action, Error, Forced, Node};
 
 /// Checks that `node` may be appended as node `j`: it reads earlier nodes only, its step
 /// no later one, its cost is finite, and a forced replay is a possible one.
-fn check_appended(node: &Node, j: u32) -> Result<(), Error> {
+fn check_appended<'n>(node: impl Into<NodeRef<'n>>, j: u32) -> Result<(), Error> {
+    let node = node.into();
     let invalid = |reason: String| Error::InvalidView {
         node: Some(j),
         reason,
@@ -41,7 +42,13 @@ impl Exec<'_> {
     fn append(&mut self, node: Node) -> Result<u32, Error> {
         let j = self.graph.nodes.len() as u32;
         check_appended(&node, j)?;
-        grow::push(self.graph.nodes.to_mut(), node);
+        self.graph
+            .nodes
+            .push(node)
+            .ok_or_else(|| Error::InvalidView {
+                node: Some(j),
+                reason: "the graph's inputs and step reads pass u32::MAX ids".into(),
+            })?;
         self.link(j);
         Ok(j)
     }
@@ -49,7 +56,7 @@ impl Exec<'_> {
     /// Counts what node `j` (the newest linked) needs: its constants' releaser, its
     /// consumers, the steps that read values and the values its replays need.
     fn link(&mut self, j: u32) {
-        let node = &self.graph.nodes[j as usize];
+        let node = self.node(j);
         let releaser = node.releaser(j) as usize;
         let fixed = node.fixed_bytes;
         if releaser >= self.graph.released.len() {
@@ -58,15 +65,15 @@ impl Exec<'_> {
         }
         self.graph.released[releaser] += fixed;
         self.grow(j as usize + 1);
-        let node = &self.graph.nodes[j as usize];
-        for_each_distinct(&node.inputs, |u| self.graph.consumers[u as usize].push(j));
-        let replayable_consumer = rebuildable(node);
-        for_each_distinct(&node.step_reads, |r| {
+        let node = self.graph.nodes.get(j as usize);
+        for_each_distinct(node.inputs, |u| self.graph.consumers[u as usize].push(j));
+        let replayable_consumer = node.rebuildable();
+        for_each_distinct(node.step_reads, |r| {
             self.graph.reads_known[r as usize] += 1;
             self.life.need[r as usize] += 1;
         });
         if replayable_consumer {
-            for_each_distinct(&node.inputs, |u| self.life.need[u as usize] += 1);
+            for_each_distinct(node.inputs, |u| self.life.need[u as usize] += 1);
         }
     }
 
@@ -86,7 +93,7 @@ impl Exec<'_> {
     pub(crate) fn settle_lost(&mut self) {
         let mut stack: Vec<u32> = Vec::new();
         for u in 0..self.graph.nodes.len() as u32 {
-            if !rebuildable(self.node(u))
+            if !self.node(u).rebuildable()
                 && !self.acct.held[u as usize]
                 && self.life.need[u as usize] > 0
             {
@@ -98,7 +105,7 @@ impl Exec<'_> {
         while let Some(u) = stack.pop() {
             for k in 0..self.consumers_of(u).len() {
                 let w = self.consumers_of(u)[k];
-                if !rebuildable(self.node(w)) || std::mem::replace(&mut seen[w as usize], true) {
+                if !self.node(w).rebuildable() || std::mem::replace(&mut seen[w as usize], true) {
                     continue;
                 }
                 if self.acct.held[w as usize] {
@@ -117,7 +124,7 @@ impl Exec<'_> {
     pub(crate) fn adopt_given(&mut self, held: &[bool]) -> Result<(), Error> {
         debug_assert_eq!(self.computed, 0, "remat internal error: adopted twice");
         for j in 0..self.graph.nodes.len() as u32 {
-            check_appended(&self.graph.nodes[j as usize], j)?;
+            check_appended(self.node(j), j)?;
             self.link(j);
             self.adopted(j, held[j as usize]);
         }
@@ -156,8 +163,8 @@ impl Exec<'_> {
         self.acct.peak = self.acct.peak.max(self.acct.held_bytes);
         let mut in_hand: Vec<u32> = Vec::new();
         let node = self.node(j);
-        for_each_distinct(&node.inputs, |u| in_hand.push(u));
-        for &r in &node.step_reads {
+        for_each_distinct(node.inputs, |u| in_hand.push(u));
+        for &r in node.step_reads {
             if !in_hand.contains(&r) {
                 in_hand.push(r);
             }
@@ -184,7 +191,7 @@ impl Exec<'_> {
                 // Decided now, whatever the decision.
                 self.life.offered[u as usize] = true;
             }
-            if self.knobs.planned && !rebuildable(self.node(u)) && self.release_pinned(u, None) {
+            if self.knobs.planned && !self.node(u).rebuildable() && self.release_pinned(u, None) {
                 continue;
             }
             if self.life.pinned_now[u as usize] {
@@ -224,7 +231,8 @@ impl Exec<'_> {
             }
             // A value whose input is lost (`settle_lost`) cannot be declined: it could not be
             // rebuilt.
-            let input_lost = self.graph.nodes[u as usize]
+            let input_lost = self
+                .node(u)
                 .inputs
                 .iter()
                 .any(|&x| self.life.lost[x as usize]);
@@ -258,7 +266,7 @@ impl Exec<'_> {
     fn may_keep(&self, u: u32) -> bool {
         let node = self.node(u);
         self.knobs.strategy != Strategy::Lean
-            && rebuildable(node)
+            && node.rebuildable()
             && node.forced != Some(Forced::Recompute)
             && self.life.need[u as usize] > 0
     }
@@ -311,7 +319,7 @@ impl Exec<'_> {
         if node.forced == Some(Forced::Recompute) || need == 0 {
             return false;
         }
-        if !rebuildable(node) || node.inputs.iter().any(|&x| self.life.lost[x as usize]) {
+        if !node.rebuildable() || node.inputs.iter().any(|&x| self.life.lost[x as usize]) {
             // Cannot be rebuilt (`settle_lost`: an input is lost).
             return true;
         }

@@ -64,7 +64,10 @@ impl Exec<'_> {
         // is lost can never be rebuilt.
         self.life.lost[v as usize] = false;
         if !self.life.pinned_now[v as usize]
-            && self.graph.nodes[v as usize]
+            && self
+                .graph
+                .nodes
+                .get(v as usize)
                 .inputs
                 .iter()
                 .any(|&x| self.life.lost[x as usize])
@@ -98,8 +101,7 @@ impl Exec<'_> {
         self.acct.evicted[v as usize] = true;
         let root = self.acct.classes.find(v);
         self.acct.classes.uf_cost[root as usize] += self.node(v).cost;
-        for k in 0..self.graph.nodes[v as usize].inputs.len() {
-            let u = self.graph.nodes[v as usize].inputs[k];
+        for &u in self.graph.nodes.get(v as usize).inputs {
             if self.acct.evicted[u as usize] {
                 self.acct.classes.union(v, u);
             }

@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 use super::analysis::{Analysis, NONE};
 use super::grow::room_for;
-use super::view::rebuildable;
+use super::packed::{NodeRef, Nodes};
 use super::{Action, Error, GraphView, Node, min_feasible_budget};
 
 /// At most this many eviction candidates are scored per eviction; larger sets are sampled
@@ -121,7 +121,8 @@ struct Knobs {
 /// appended node's facts): the nodes, the view and its analysis once known, and per-node
 /// facts that only grow.
 struct Graph<'a> {
-    nodes: Cow<'a, [Node]>,
+    /// Packed when appended online (NOTE [packed-nodes] in `packed.rs`).
+    nodes: Nodes<'a>,
     /// Set once the whole graph is known (from the start for planned runs).
     view: Option<Cow<'a, GraphView>>,
     analysis: Option<Arc<Analysis>>,
@@ -259,13 +260,13 @@ const ALTERNATIVES: usize = 4;
 impl<'a> Exec<'a> {
     /// An executor for a graph recorded op by op ([`Exec::record`]).
     pub(crate) fn online(strategy: Strategy, budget: u64) -> Exec<'static> {
-        Exec::with_nodes(strategy, budget, Cow::Owned(Vec::new()), None, None)
+        Exec::with_nodes(strategy, budget, Nodes::packed(), None, None)
     }
 
     /// An online executor over `nodes`, none of them appended yet: `Exec::adopt_given`
     /// adopts them all, borrowed or owned as given.
     pub(crate) fn online_over(strategy: Strategy, budget: u64, nodes: Cow<'a, [Node]>) -> Self {
-        Exec::with_nodes(strategy, budget, nodes, None, None)
+        Exec::with_nodes(strategy, budget, Nodes::listed(nodes), None, None)
     }
 
     /// An executor that knows the whole graph from the start.
@@ -278,7 +279,7 @@ impl<'a> Exec<'a> {
         let mut exec = Exec::with_nodes(
             strategy,
             budget,
-            Cow::Borrowed(view.nodes()),
+            Nodes::Borrowed(view.nodes()),
             Some(Cow::Borrowed(view)),
             Some(analysis.clone()),
         );
@@ -298,7 +299,7 @@ impl<'a> Exec<'a> {
     fn with_nodes(
         strategy: Strategy,
         budget: u64,
-        nodes: Cow<'a, [Node]>,
+        nodes: Nodes<'a>,
         view: Option<Cow<'a, GraphView>>,
         analysis: Option<Arc<Analysis>>,
     ) -> Self {
@@ -384,9 +385,29 @@ impl<'a> Exec<'a> {
         self.report.out
     }
 
-    /// The nodes appended, as they were given (borrowed or owned).
+    /// The nodes appended, as they were given (borrowed or owned) or unpacked (NOTE
+    /// [packed-nodes] in `packed.rs`: after the rest of the executor's state is dropped).
     pub(crate) fn into_node_list(self) -> Cow<'a, [Node]> {
-        self.graph.nodes
+        let Exec {
+            knobs,
+            graph,
+            life,
+            acct,
+            sweep,
+            report,
+            ..
+        } = self;
+        drop((knobs, life, acct, sweep, report));
+        let Graph {
+            nodes,
+            view,
+            analysis,
+            consumers,
+            reads_known,
+            released,
+        } = graph;
+        drop((view, analysis, consumers, reads_known, released));
+        nodes.into_list()
     }
 
     pub(crate) fn recompute_cost(&self) -> f64 {
@@ -418,14 +439,15 @@ impl<'a> Exec<'a> {
         }
     }
 
-    fn node(&self, i: u32) -> &Node {
-        &self.graph.nodes[i as usize]
+    #[inline]
+    fn node(&self, i: u32) -> NodeRef<'_> {
+        self.graph.nodes.get(i as usize)
     }
 
     /// Whether value `i` may be evicted and rebuilt now: statically rebuildable, and not
     /// pinned in place of an input (NOTE [pin-release]).
     fn rebuildable(&self, i: u32) -> bool {
-        rebuildable(self.node(i)) && !self.life.pinned_now[i as usize]
+        self.node(i).rebuildable() && !self.life.pinned_now[i as usize]
     }
 
     /// The next step position at or after the current one that reads `v`.
@@ -471,12 +493,9 @@ impl<'a> Exec<'a> {
                     .filter(|&v| self.acct.held[v as usize] && !self.rebuildable(v))
                     .map(|v| self.node(v).bytes)
                     .sum();
-                let fixed: u64 = self
-                    .graph
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, n)| !self.has_stepped(n.releaser(i as u32)))
+                let fixed: u64 = (0..self.graph.nodes.len() as u32)
+                    .map(|i| (i, self.node(i)))
+                    .filter(|&(i, n)| !self.has_stepped(n.releaser(i)))
                     .map(|(_, n)| n.fixed_bytes)
                     .sum();
                 Error::Infeasible {
@@ -515,12 +534,12 @@ impl Exec<'_> {
                 if self.life.dead[v] {
                     return Err(format!("value {v} is dead but held"));
                 }
-                held_bytes += self.graph.nodes[v].bytes;
+                held_bytes += self.node(v as u32).bytes;
             }
             if v < self.computed as usize
-                && !self.has_stepped(self.graph.nodes[v].releaser(v as u32))
+                && !self.has_stepped(self.node(v as u32).releaser(v as u32))
             {
-                held_bytes += self.graph.nodes[v].fixed_bytes;
+                held_bytes += self.node(v as u32).fixed_bytes;
             }
             if self.sweep.uses[v] != 0 {
                 return Err(format!("uses[{v}] = {} between events", self.sweep.uses[v]));
@@ -534,11 +553,7 @@ impl Exec<'_> {
             }
             let reads = view.step_order()[self.sweep.step_pos..]
                 .iter()
-                .filter(|&&s| {
-                    self.graph.nodes[s as usize]
-                        .step_reads
-                        .contains(&(v as u32))
-                })
+                .filter(|&&s| self.node(s).step_reads.contains(&(v as u32)))
                 .count();
             let consumers = self
                 .consumers_of(v as u32)

@@ -3,7 +3,6 @@
 
 use super::{Exec, ReleasePlan};
 use crate::planner::simulate::for_each_distinct;
-use crate::planner::view::rebuildable;
 use crate::planner::{Action, Forced};
 
 /// The most values a pin-release walk visits (NOTE [pin-release]).
@@ -15,7 +14,7 @@ impl Exec<'_> {
     /// [pin-release]; their plans are kept in `releases` for `replay`).
     pub(super) fn consumable_inputs(&mut self, x: u32) -> Vec<u32> {
         let mut inputs = Vec::new();
-        for_each_distinct(&self.graph.nodes[x as usize].inputs, |u| inputs.push(u));
+        for_each_distinct(self.graph.nodes.get(x as usize).inputs, |u| inputs.push(u));
         inputs.retain(|&u| self.sweep.uses[u as usize] == 1);
         self.sweep.releases.clear();
         let mut consumable = Vec::new();
@@ -79,7 +78,7 @@ impl Exec<'_> {
     /// may be dropped (nothing changes).
     fn release_plan(&mut self, u: u32, assume: Option<u32>) -> Option<ReleasePlan> {
         if self.life.dead[u as usize]
-            || rebuildable(self.node(u))
+            || self.node(u).rebuildable()
             || self.life.pinned_now[u as usize]
         {
             return None;
@@ -160,11 +159,9 @@ impl Exec<'_> {
                 continue;
             }
             self.acct.drop_candidate(w);
-            for k in 0..self.graph.nodes[w as usize].inputs.len() {
-                let x = self.graph.nodes[w as usize].inputs[k];
-                if self.graph.nodes[w as usize].inputs[..k].contains(&x)
-                    || self.life.dead[x as usize]
-                {
+            let inputs = self.graph.nodes.get(w as usize).inputs;
+            for (k, &x) in inputs.iter().enumerate() {
+                if inputs[..k].contains(&x) || self.life.dead[x as usize] {
                     continue;
                 }
                 self.life.need[x as usize] -= 1;
@@ -198,7 +195,7 @@ impl Exec<'_> {
     /// [`Exec::release_above`] with [`Exec::release_assuming`]'s `assume` = `v`, when `v`
     /// is about to be kept: returns whether `v` ended up pinned (it must then be kept).
     pub(super) fn release_above_assuming(&mut self, v: u32, assume: Option<u32>) -> bool {
-        let mut stack: Vec<u32> = self.graph.nodes[v as usize].inputs.clone();
+        let mut stack: Vec<u32> = self.graph.nodes.get(v as usize).inputs.to_vec();
         let mut seen: Vec<u32> = Vec::new();
         while let Some(x) = stack.pop() {
             if seen.contains(&x) || seen.len() >= RELEASE_WALK {
@@ -206,11 +203,11 @@ impl Exec<'_> {
             }
             seen.push(x);
             if self.acct.held[x as usize] {
-                if !rebuildable(self.node(x)) && !self.life.pinned_now[x as usize] {
+                if !self.node(x).rebuildable() && !self.life.pinned_now[x as usize] {
                     self.release_assuming(x, assume);
                 }
             } else if !self.life.dead[x as usize] && self.rebuildable(x) {
-                stack.extend_from_slice(&self.graph.nodes[x as usize].inputs);
+                stack.extend_from_slice(self.graph.nodes.get(x as usize).inputs);
             }
         }
         assume.is_some_and(|a| self.life.pinned_now[a as usize])
