@@ -73,6 +73,7 @@ impl<'a> Exec<'a> {
             .clone()
             .expect("remat internal error: analysis is set");
         self.sweep.in_backward = true;
+        self.grow_sweep(self.graph.nodes.len());
         if !self.knobs.planned {
             // Online, the forward pass counted what might be needed; now it is known. A
             // pinned value will never be rebuilt: its inputs do not count it; a lost value

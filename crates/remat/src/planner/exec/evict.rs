@@ -56,7 +56,13 @@ impl Exec<'_> {
         };
         for k in 0..len {
             let v = self.acct.candidates[(start + k) % n];
-            if self.sweep.uses[v as usize] == 0 {
+            // Online, a forward pass has no sweep state (`Exec::grow_sweep`).
+            if self
+                .sweep
+                .uses
+                .get(v as usize)
+                .is_none_or(|&uses| uses == 0)
+            {
                 self.score_into(v, &mut scored);
             }
         }

@@ -51,6 +51,8 @@ pub(super) mod runs;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::analysis::{Analysis, NONE};
 use super::grow::room_for;
 use super::packed::{NodeRef, Nodes};
@@ -127,8 +129,10 @@ struct Graph<'a> {
     view: Option<Cow<'a, GraphView>>,
     analysis: Option<Arc<Analysis>>,
     /// The distinct consumers linked so far of each value (online); a planned run reads its
-    /// analysis's instead ([`Exec::consumers_of`]).
-    consumers: Vec<Vec<u32>>,
+    /// analysis's instead ([`Exec::consumers_of`]). Up to four in place (NOTE
+    /// [packed-nodes] in `packed.rs`: most values have one or two, and a list of their own
+    /// took 16 bytes more each).
+    consumers: Vec<SmallVec<[u32; 4]>>,
     /// Recorded steps that read each value (forward, online).
     reads_known: Vec<u32>,
     /// Per node, the constants its step releases (`GraphView::released_by_steps`); may run
@@ -341,15 +345,16 @@ impl<'a> Exec<'a> {
         }
         if !self.knobs.planned {
             // A planned run reads its analysis's (`consumers_of`).
-            to(&mut self.graph.consumers, n, Vec::new());
+            to(&mut self.graph.consumers, n, SmallVec::new());
         }
         to(&mut self.graph.reads_known, n, 0);
         to(&mut self.life.need, n, 0);
         to(&mut self.acct.held, n, false);
         to(&mut self.life.offered, n, false);
         to(&mut self.life.dead, n, false);
-        to(&mut self.sweep.stepped, n, false);
-        to(&mut self.sweep.uses, n, 0);
+        if self.knobs.planned || self.sweep.in_backward {
+            self.grow_sweep(n);
+        }
         to(&mut self.acct.last_access, n, 0);
         to(&mut self.acct.evicted, n, false);
         room_for(&mut self.acct.classes.uf_parent, n);
@@ -357,9 +362,23 @@ impl<'a> Exec<'a> {
         to(&mut self.acct.classes.uf_size, n, 1);
         to(&mut self.acct.classes.uf_cost, n, 0.0);
         to(&mut self.acct.candidate_pos, n, NONE);
-        to(&mut self.sweep.read_cursor, n, 0);
         to(&mut self.life.pinned_now, n, false);
         to(&mut self.life.lost, n, false);
+    }
+
+    /// The state only a backward pass's sweeps read, for `n` values: online, it is made as
+    /// the backward pass starts (NOTE [packed-nodes] in `packed.rs`: not held beside the
+    /// forward pass's kept values). A forward pass runs no sweep.
+    fn grow_sweep(&mut self, n: usize) {
+        fn to<T: Clone>(list: &mut Vec<T>, n: usize, value: T) {
+            if n > list.len() {
+                room_for(list, n);
+                list.resize(n, value);
+            }
+        }
+        to(&mut self.sweep.stepped, n, false);
+        to(&mut self.sweep.uses, n, 0);
+        to(&mut self.sweep.read_cursor, n, 0);
     }
 
     pub(crate) fn actions(&self) -> &[Action] {
@@ -435,7 +454,7 @@ impl<'a> Exec<'a> {
     fn consumers_of(&self, v: u32) -> &[u32] {
         match &self.graph.analysis {
             Some(analysis) if self.knobs.planned => &analysis.consumers[v as usize],
-            _ => &self.graph.consumers[v as usize],
+            _ => &self.graph.consumers[v as usize][..],
         }
     }
 
@@ -541,8 +560,10 @@ impl Exec<'_> {
             {
                 held_bytes += self.node(v as u32).fixed_bytes;
             }
-            if self.sweep.uses[v] != 0 {
-                return Err(format!("uses[{v}] = {} between events", self.sweep.uses[v]));
+            if let Some(&uses) = self.sweep.uses.get(v)
+                && uses != 0
+            {
+                return Err(format!("uses[{v}] = {uses} between events"));
             }
             let candidate = self.acct.candidate_pos[v] != NONE;
             if candidate != (self.acct.held[v] && self.rebuildable(v as u32)) {
