@@ -5,12 +5,13 @@
 //! bytes plus two small lists of its own; packed, a node's facts take 32 bytes (its name an
 //! index into the distinct names, its constants, which few ops hold, in a list of their
 //! own), and its lists are runs of one shared list of ids (4 bytes an id). On Burn's `Lstm`
-//! over 128 steps (about 5,000 ops) that is about 0.5 MB less at the forward pass's end, where a graph's
-//! first step under a budget peaked (the online planner's state, FIXME [tape-bytes]). The
-//! nodes are unpacked when the session takes them back (`Exec::into_node_list`), after the
-//! executor's own per-value state is dropped.
+//! over 128 steps (about 5,000 ops) that is about 0.5 MB less at the forward pass's end,
+//! where a graph's first step under a budget peaked (the online planner's state, FIXME
+//! [tape-bytes]). The nodes are unpacked when the session takes them back
+//! (`Exec::into_node_list`), after the executor's own per-value state is dropped.
 //!
-//! Cost model: O(1) per node appended (amortized) and per fact read.
+//! Cost model: O(1) per node appended (amortized, one hash of its name) and per fact read,
+//! O(log k) for the constants of a node among the k that hold some.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
