@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::grow;
-use super::view::{Forced, Node};
+use super::view::{Forced, Node, may_rebuild};
 
 /// A packed node's facts; its inputs and step reads are `ids[at..]`.
 #[derive(Clone, Copy, Debug)]
@@ -177,9 +177,9 @@ pub(crate) struct NodeRef<'n> {
 }
 
 impl NodeRef<'_> {
-    /// Whether the value may be dropped and rebuilt (`view::rebuildable`).
+    /// Whether the value may be dropped and rebuilt ([`may_rebuild`]).
     pub(crate) fn rebuildable(&self) -> bool {
-        self.replayable && self.forced != Some(Forced::Keep)
+        may_rebuild(self.replayable, self.forced)
     }
 
     /// The node whose step releases node `i`'s constants ([`Node::releaser`]).

@@ -298,7 +298,12 @@ impl GraphView {
 
 /// Whether a node's value may be dropped and rebuilt.
 pub(crate) fn rebuildable(node: &Node) -> bool {
-    node.replayable && node.forced != Some(Forced::Keep)
+    may_rebuild(node.replayable, node.forced)
+}
+
+/// Whether a value replayable as `replayable`, under `forced`, may be dropped and rebuilt.
+pub(crate) fn may_rebuild(replayable: bool, forced: Option<Forced>) -> bool {
+    replayable && forced != Some(Forced::Keep)
 }
 
 impl fmt::Display for GraphView {

@@ -73,6 +73,15 @@ pub(crate) enum Strategy {
     Lookahead { alpha: f64 },
 }
 
+/// Lengthens a per-value list to `n` values (if shorter), new ones `value` (NOTE
+/// [gentle-growth] in `grow.rs`).
+fn grow_to<T: Clone>(list: &mut Vec<T>, n: usize, value: T) {
+    if n > list.len() {
+        room_for(list, n);
+        list.resize(n, value);
+    }
+}
+
 /// What a run counted, for planning-cost checks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Work {
@@ -339,46 +348,36 @@ impl<'a> Exec<'a> {
             return;
         }
         // NOTE [gentle-growth] in `grow.rs`: online, one more value at a time.
-        fn to<T: Clone>(list: &mut Vec<T>, n: usize, value: T) {
-            room_for(list, n);
-            list.resize(n, value);
-        }
         if !self.knobs.planned {
             // A planned run reads its analysis's (`consumers_of`).
-            to(&mut self.graph.consumers, n, SmallVec::new());
+            grow_to(&mut self.graph.consumers, n, SmallVec::new());
         }
-        to(&mut self.graph.reads_known, n, 0);
-        to(&mut self.life.need, n, 0);
-        to(&mut self.acct.held, n, false);
-        to(&mut self.life.offered, n, false);
-        to(&mut self.life.dead, n, false);
+        grow_to(&mut self.graph.reads_known, n, 0);
+        grow_to(&mut self.life.need, n, 0);
+        grow_to(&mut self.acct.held, n, false);
+        grow_to(&mut self.life.offered, n, false);
+        grow_to(&mut self.life.dead, n, false);
         if self.knobs.planned || self.sweep.in_backward {
             self.grow_sweep(n);
         }
-        to(&mut self.acct.last_access, n, 0);
-        to(&mut self.acct.evicted, n, false);
+        grow_to(&mut self.acct.last_access, n, 0);
+        grow_to(&mut self.acct.evicted, n, false);
         room_for(&mut self.acct.classes.uf_parent, n);
         self.acct.classes.uf_parent.extend(len as u32..n as u32);
-        to(&mut self.acct.classes.uf_size, n, 1);
-        to(&mut self.acct.classes.uf_cost, n, 0.0);
-        to(&mut self.acct.candidate_pos, n, NONE);
-        to(&mut self.life.pinned_now, n, false);
-        to(&mut self.life.lost, n, false);
+        grow_to(&mut self.acct.classes.uf_size, n, 1);
+        grow_to(&mut self.acct.classes.uf_cost, n, 0.0);
+        grow_to(&mut self.acct.candidate_pos, n, NONE);
+        grow_to(&mut self.life.pinned_now, n, false);
+        grow_to(&mut self.life.lost, n, false);
     }
 
     /// The state only a backward pass's sweeps read, for `n` values: online, it is made as
     /// the backward pass starts (NOTE [packed-nodes] in `packed.rs`: not held beside the
     /// forward pass's kept values). A forward pass runs no sweep.
     fn grow_sweep(&mut self, n: usize) {
-        fn to<T: Clone>(list: &mut Vec<T>, n: usize, value: T) {
-            if n > list.len() {
-                room_for(list, n);
-                list.resize(n, value);
-            }
-        }
-        to(&mut self.sweep.stepped, n, false);
-        to(&mut self.sweep.uses, n, 0);
-        to(&mut self.sweep.read_cursor, n, 0);
+        grow_to(&mut self.sweep.stepped, n, false);
+        grow_to(&mut self.sweep.uses, n, 0);
+        grow_to(&mut self.sweep.read_cursor, n, 0);
     }
 
     pub(crate) fn actions(&self) -> &[Action] {
