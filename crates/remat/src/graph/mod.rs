@@ -33,8 +33,8 @@ pub(crate) use backward::{PassHooks, ScheduledPass, backward};
 pub(crate) use id::IdBuildHasher;
 pub use id::NodeId;
 pub(crate) use node::{
-    Fill, GraphNode, Input, Kept, Node, NodeKind, OpState, Rule, ScheduleFacts, Signature, Slot,
-    Vjp, charged_constants,
+    BudgetNode, Fill, GraphNode, Input, Kept, Node, NodeKind, OpState, Rule, ScheduleFacts,
+    Signature, Slot, Vjp, charged_constants,
 };
 pub use op::{Cost, OpInfo};
 pub(crate) use op::{Placement, Reads, Tracked, Values};

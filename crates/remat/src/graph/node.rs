@@ -653,9 +653,35 @@ pub(crate) struct Vjp<'a, B: BackendTypes> {
     pub(super) grads: &'a mut Gradients,
 }
 
+/// What the budget's session asks of a node it recorded (`checkpoint/budget/session.rs`):
+/// whether it is held or consumed, its bytes, and dropping its value. [`GraphNode`] builds
+/// on it; the session's unit tests give it nodes without tensors.
+pub(crate) trait BudgetNode: Send + Sync {
+    /// Scheduled `Free` (or, in the forward pass, an eviction): drops the held value, which
+    /// stays rebuildable while the op can still be replayed; returns the bytes dropped.
+    fn scheduled_free(&self) -> u64;
+
+    /// Whether a backward pass consumed the node (or it is a leaf).
+    fn is_consumed(&self) -> bool;
+
+    /// Whether the node's value is held now.
+    fn is_held(&self) -> bool;
+
+    /// The op's name.
+    fn name(&self) -> &'static str;
+
+    /// The bytes of the value when it waits for a rebuild (dropped, and a step or a replay
+    /// still reads it); views of leaves excepted (the user's memory).
+    fn evicted_bytes(&self) -> Option<u64>;
+
+    /// The bytes the budget counts for this node now: its value when held (views of leaves
+    /// excepted) and the constants on its edges until its step runs.
+    fn budget_bytes_now(&self) -> u64;
+}
+
 /// The backend-independent view of a node used by the backward pass: a graph may span
 /// several inner backends (see `to_backend`).
-pub(crate) trait GraphNode: Send + Sync {
+pub(crate) trait GraphNode: BudgetNode {
     fn id(&self) -> NodeId;
 
     /// Claims the node for the backward pass being planned and pushes its tracked parents.
@@ -712,10 +738,6 @@ pub(crate) trait GraphNode: Send + Sync {
     /// replayed), timed between two syncs of the device when `synced`.
     fn scheduled_replay(&self, before_store: &mut dyn FnMut(), synced: bool) -> (u64, Option<f64>);
 
-    /// Scheduled `Free` (or, in the forward pass, an eviction): drops the held value, which
-    /// stays rebuildable while the op can still be replayed; returns the bytes dropped.
-    fn scheduled_free(&self) -> u64;
-
     /// Scheduled `Step`: runs the backward step, every read held by the schedule; returns
     /// the bytes of constants its edges released.
     fn scheduled_step(&self, grads: &mut Gradients) -> u64;
@@ -732,23 +754,6 @@ pub(crate) trait GraphNode: Send + Sync {
     /// its last use.
     /// Returns the bytes the value counts for; the `Free` that follows finds it gone.
     fn scheduled_hand_over(&self, reads: u32) -> u64;
-
-    /// Whether a backward pass consumed the node (or it is a leaf).
-    fn is_consumed(&self) -> bool;
-
-    /// Whether the node's value is held now.
-    fn is_held(&self) -> bool;
-
-    /// The op's name.
-    fn name(&self) -> &'static str;
-
-    /// The bytes of the value when it waits for a rebuild (dropped, and a step or a replay
-    /// still reads it); views of leaves excepted (the user's memory).
-    fn evicted_bytes(&self) -> Option<u64>;
-
-    /// The bytes the budget counts for this node now: its value when held (views of leaves
-    /// excepted) and the constants on its edges until its step runs.
-    fn budget_bytes_now(&self) -> u64;
 }
 
 /// One op node as the budget's planner sees it (see `GraphNode::schedule_entry`): its facts

@@ -11,8 +11,8 @@ use burn_backend::distributed::DistributedParams;
 use super::grads::Gradients;
 use super::id::NodeId;
 use super::node::{
-    GraphNode, Input, Node, NodeKind, OpState, ScheduleEntry, ScheduleFacts, Signature, Slot, Vjp,
-    charged_constants, shared_constants,
+    BudgetNode, GraphNode, Input, Node, NodeKind, OpState, ScheduleEntry, ScheduleFacts, Signature,
+    Slot, Vjp, charged_constants, shared_constants,
 };
 use super::retrieve;
 
@@ -270,6 +270,32 @@ impl<B: Backend> GraphNode for Node<B> {
         bytes
     }
 
+    fn scheduled_step(&self, grads: &mut Gradients) -> u64 {
+        let op = self.lock().op.take();
+        let Some(op) = op else {
+            return 0;
+        };
+        let constants = charged_constants(&op.inputs, self.id);
+        // No gradient reached the node: nothing to read or compute. The step holds its
+        // gradient while it runs (NOTE [grads-in-flight] in `planner/grads.rs`).
+        if let Some(grad) = grads.take_for_step::<B>(self.id) {
+            let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
+            op.rule.vjp(&mut cx, grad);
+            grads.step_done();
+        }
+        drop(op);
+        constants
+    }
+
+    fn describe(&self) -> String {
+        match self.kind {
+            NodeKind::Leaf => format!("leaf {}", self.id),
+            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.name),
+        }
+    }
+}
+
+impl<B: Backend> BudgetNode for Node<B> {
     fn scheduled_free(&self) -> u64 {
         let freed = {
             let mut state = self.lock();
@@ -294,23 +320,6 @@ impl<B: Backend> GraphNode for Node<B> {
         freed
             .filter(|_| !self.placement.leaf_view)
             .map_or(0, |kept| kept.bytes())
-    }
-
-    fn scheduled_step(&self, grads: &mut Gradients) -> u64 {
-        let op = self.lock().op.take();
-        let Some(op) = op else {
-            return 0;
-        };
-        let constants = charged_constants(&op.inputs, self.id);
-        // No gradient reached the node: nothing to read or compute. The step holds its
-        // gradient while it runs (NOTE [grads-in-flight] in `planner/grads.rs`).
-        if let Some(grad) = grads.take_for_step::<B>(self.id) {
-            let mut cx = Vjp::new(self, &op.inputs, &op.reads, grads);
-            op.rule.vjp(&mut cx, grad);
-            grads.step_done();
-        }
-        drop(op);
-        constants
     }
 
     fn is_consumed(&self) -> bool {
@@ -343,12 +352,5 @@ impl<B: Backend> GraphNode for Node<B> {
             .as_ref()
             .map_or(0, |op| charged_constants(&op.inputs, self.id));
         value + constants
-    }
-
-    fn describe(&self) -> String {
-        match self.kind {
-            NodeKind::Leaf => format!("leaf {}", self.id),
-            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.name),
-        }
     }
 }

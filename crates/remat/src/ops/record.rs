@@ -446,23 +446,25 @@ fn finish_node<B: Backend, R: Rule<B>>(
             bytes::<B>(&output) as u64
         };
         budget::Recorded {
-            name: info.name,
-            bytes,
-            cost_ns: budgeted
-                .cost_ns
-                .unwrap_or_else(|| budget::estimate(info.cost, bytes)),
-            replayable: placement.recompute,
-            in_region: placement.region.is_some(),
-            reads_output: reads.output,
-            fixed_bytes: charged_constants(&edges, id),
-            inputs: if placement.recompute {
-                ids(&|i| rule.replay_input(i))
-            } else {
-                Vec::new()
+            facts: budget::OpFacts {
+                name: info.name,
+                bytes,
+                cost_ns: budgeted
+                    .cost_ns
+                    .unwrap_or_else(|| budget::estimate(info.cost, bytes)),
+                replayable: placement.recompute,
+                in_region: placement.region.is_some(),
+                reads_output: reads.output,
+                fixed_bytes: charged_constants(&edges, id),
+                inputs: if placement.recompute {
+                    ids(&|i| rule.replay_input(i))
+                } else {
+                    Vec::new()
+                },
+                step_reads: ids(&|i| reads.has_input(i)),
+                quiet: reads == Reads::NOTHING,
             },
-            step_reads: ids(&|i| reads.has_input(i)),
             in_hand: budgeted.in_hand,
-            quiet: reads == Reads::NOTHING,
         }
     });
     let slot = match output_mark {

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
-use super::session::compact_thread_session;
-use super::state::{FAILED_NEED, PLANS, ran_last};
+use super::thread::{compact_thread_session, ran_last, with_thread};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
 use crate::planner::{self, Action, GradProfile, GraphView};
@@ -162,7 +161,7 @@ fn hand_over<'n>(
 /// [`tradeoff`]: super::tradeoff
 pub(crate) fn after_pass(pending: Pending, completed: bool) {
     if completed {
-        FAILED_NEED.with(|need| need.set(0));
+        with_thread(|thread| thread.failed_need.set(0));
         // Compacted before the next steps' plan is made: the session's planner and entries
         // of the pass's nodes are freed first (NOTE [pass-compaction] in `pass.rs`).
         compact_thread_session(true);
@@ -180,10 +179,11 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         && !pending.side_read
         && let Ok(schedule) = planner::plan(&view, pending.budget)
     {
-        PLANS.with(|plans| {
-            plans
+        with_thread(|thread| {
+            thread
+                .memory
                 .borrow_mut()
-                .insert_shared(view.clone(), pending.budget, schedule)
+                .remember_plan(view.clone(), pending.budget, schedule);
         });
     }
     let grads = pending.grads.filter(|_| completed);

@@ -35,23 +35,30 @@
 //! nodes by id, which is the recording order (ids are minted as ops are recorded).
 //!
 //! # Files
-//! One concern each; this file declares them and re-exports what the engine calls.
-//! - `state.rs`: the state they share (the interned budgets, the plans and views a thread
-//!   keeps, the graph it ran last: NOTE \[plan-ahead\], \[next-graph\], \[side-ops\]) and
-//!   the cost estimate of an op not measured yet.
+//! One concern each; this file declares them and re-exports what the engine calls. From
+//! the bottom up (no file names one above it):
+//! - `state.rs`: the state they share: the interned budgets, [`Memory`] (what a thread
+//!   remembers of the steps it ran: its plans, the graph it ran last and the one after
+//!   each, side ops; NOTE \[plan-ahead\], \[next-graph\], \[side-ops\]), what reports read
+//!   from other threads, and the cost estimate of an op not measured yet.
+//! - `stop.rs`: a budget too small: [`BudgetError`] and the panic that names a budget that
+//!   works.
 //! - `entries.rs`: the planner's node of each op a session recorded, the plan's view's
 //!   while the step follows it (NOTE \[followed-entries\]).
-//! - `session.rs`: the forward pass: the per-thread [`Session`] fed op by op
-//!   ([`on_record`], [`reserve`]), online or following a cached plan, and what it
-//!   dropped ([`dropped`]).
+//! - `session.rs`: the forward pass as a value: a [`Session`] fed op by op as plain facts
+//!   (`session::record`), online or following a plan [`Memory`] picked, answering what to
+//!   keep and drop; no tensor and no thread-local (unit-tested in `tests.rs` with nodes
+//!   that only count bytes).
+//! - `thread.rs`: the one per-thread handle (the session, the memory, what a stop left) and
+//!   the engine's calls into it ([`on_record`], [`reserve`], [`upcoming`],
+//!   [`read_outside`], [`dropped`]), which carry the session's answers out on the nodes.
 //! - `pass.rs`: planning one backward pass before any step runs ([`plan_pass`]): its view,
 //!   the plan the step followed or the planner's choice (`planner::plan_backward`), cut
 //!   into the pass's actions.
 //! - `carry.rs`: carrying the pass's actions out node by node ([`carry_out`]), and what
 //!   follows a pass ([`after_pass`]: the plan for the next steps, the view kept).
-//! - `report.rs`: what users read: [`tradeoff`], [`check_budget`] and [`BudgetError`], and
-//!   the panic for a budget too small.
-//!
+//! - `report.rs`: what users read: [`tradeoff`], [`check_budget`], [`try_with_budget`].
+
 //! # Invariants
 //! - Neither the session nor a schedule runs user code under a borrow of the session: the
 //!   actions are computed under the borrow and carried out after it is released.
@@ -60,6 +67,7 @@
 //!   plan is bounded by the plan's view instead, and compacted after its pass.
 //!
 //! [`Session`]: session::Session
+//! [`Memory`]: state::Memory
 //! [`Dtr`]: crate::planner::Dtr
 
 mod carry;
@@ -68,11 +76,15 @@ mod pass;
 mod report;
 mod session;
 mod state;
+mod stop;
+#[cfg(test)]
+mod tests;
+mod thread;
 
 pub(crate) use carry::{after_pass, carry_out};
 pub(crate) use pass::{PassActions, Pending, pass_budget, plan_pass};
-pub use report::{BudgetError, check_budget, tradeoff, try_with_budget};
-pub(crate) use session::{
-    InputRead, Recorded, Upcoming, dropped, on_record, read_outside, reserve, upcoming,
-};
-pub(crate) use state::{estimate, intern, last_budget};
+pub use report::{check_budget, tradeoff, try_with_budget};
+pub(crate) use session::{InputRead, OpFacts, Upcoming};
+pub(crate) use state::{estimate, last_budget};
+pub use stop::BudgetError;
+pub(crate) use thread::{Recorded, dropped, intern, on_record, read_outside, reserve, upcoming};

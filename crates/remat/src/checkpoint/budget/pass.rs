@@ -20,11 +20,10 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::entries::Entries;
-use super::report::too_small;
-use super::session::{SESSION, compact_thread_session};
-use super::state::{LAST_BUDGET, PLANS, Side, bytes_of, estimate, ran_last};
+use super::state::{LAST_BUDGET, Side, bytes_of, estimate};
+use super::thread::{compact_thread_session, ran_last, stop, with_thread};
 use crate::checkpoint::cost;
-use crate::graph::{GraphNode, NodeId, ScheduleFacts};
+use crate::graph::{BudgetNode, GraphNode, NodeId, ScheduleFacts};
 use crate::planner::{self, Action, BackwardPlan, GraphView, ScheduleIndex};
 
 /// The budget of a backward pass: the smallest of the budgets its nodes were recorded
@@ -265,7 +264,8 @@ pub(crate) fn plan_pass(
     // then made a view whose last node had 0 bytes, and every later step departed from
     // its plan at its last op (and listed every entry again for the online planner).
     let recorded = |id: NodeId| -> Option<(f64, u64)> {
-        SESSION.with(|cell| {
+        with_thread(|thread| {
+            let cell = &thread.session;
             let cell = cell.borrow();
             let session = cell.as_ref()?;
             let i = session.position(id)? as usize;
@@ -306,7 +306,8 @@ pub(crate) fn plan_pass(
     // `state.rs`), listed when the session starts with the pass's first op.
     // NOTE [split-sides]: the side ops' nodes, where the pass took the session's list.
     let mut split = None;
-    let (session_view, follow, sides, side_read) = SESSION.with(|cell| {
+    let (session_view, follow, sides, side_read) = with_thread(|thread| {
+        let cell = &thread.session;
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
             return (None, None, Arc::from([]), false);
@@ -431,7 +432,8 @@ pub(crate) fn plan_pass(
         }
     };
     if let Some(side_nodes) = split {
-        SESSION.with(|cell| {
+        with_thread(|thread| {
+            let cell = &thread.session;
             if let Some(session) = cell.borrow_mut().as_mut() {
                 session.nodes = Entries::after_pass(view.clone(), sides.clone(), side_nodes);
             }
@@ -551,7 +553,7 @@ pub(crate) fn plan_pass(
                     true,
                     None,
                 );
-                too_small(
+                stop(
                     full_budget,
                     &planner::Error::Infeasible {
                         budget_bytes: full_budget,
@@ -576,7 +578,7 @@ pub(crate) fn plan_pass(
     LAST_BUDGET.store(full_budget, Ordering::Relaxed);
     // Plan the next steps of this graph once (planned mode; they follow the plan from their
     // first op), after this pass: its replays are timed by then (NOTE [replay-times]).
-    let cached = PLANS.with(|plans| plans.borrow_mut().get(signature, full_budget).is_some());
+    let cached = with_thread(|thread| thread.memory.borrow_mut().has_plan(signature, full_budget));
     let pending = Pending {
         view,
         signature,
@@ -707,7 +709,8 @@ fn step_chunks(steps: planner::OnlineSteps, entries: &[Facts], len: usize) -> Ch
 /// whose nodes are those `in_pass` says: values held and the constants of nodes not yet
 /// stepped. With `evict`, the values among them that can be rebuilt are dropped first.
 fn outside_bytes(in_pass: impl Fn(&NodeId) -> bool, evict: bool) -> u64 {
-    let outside: Vec<(Arc<dyn GraphNode>, u64, u64, bool)> = SESSION.with(|cell| {
+    let outside: Vec<(Arc<dyn BudgetNode>, u64, u64, bool)> = with_thread(|thread| {
+        let cell = &thread.session;
         let cell = cell.borrow();
         let Some(session) = cell.as_ref() else {
             return Vec::new();

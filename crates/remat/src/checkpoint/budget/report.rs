@@ -4,61 +4,12 @@
 
 use std::sync::Arc;
 
-use super::state::{FAILED_NEED, LAST_GRADS, LAST_VIEW, THREAD_GRADS, THREAD_VIEW};
+use super::state::{LAST_GRADS, LAST_VIEW};
+use super::stop::BudgetError;
+use super::stop::TooSmallUnwind;
+use super::thread::with_thread;
 use crate::checkpoint::policy::{Policy, with_policy};
 use crate::planner::{self, GraphView, Tradeoff};
-
-/// The user-facing panic for a budget the graph cannot fit.
-pub(super) fn too_small(budget: u64, error: &planner::Error, op: Option<&str>) -> ! {
-    let (min, lower) = match error {
-        planner::Error::Infeasible {
-            min_budget_bytes,
-            lower_bound,
-            ..
-        } => (*min_budget_bytes, *lower_bound),
-        other => panic!("remat internal error: the budget's planner refused a step: {other}"),
-    };
-    let at = op.map_or(String::new(), |op| {
-        format!(" (at op `{op}`, in the forward pass)")
-    });
-    FAILED_NEED.with(|need| need.set(need.get().max(min)));
-    if TRYING.with(core::cell::Cell::get) > 0 {
-        // Inside `try_with_budget`: it turns this into its `Err`, so no message is printed.
-        std::panic::resume_unwind(Box::new(TooSmallUnwind(BudgetError::TooSmall {
-            budget_bytes: budget,
-            min_budget_bytes: min,
-        })));
-    }
-    if lower {
-        // The rest of the forward pass is not recorded yet: `min` may not be enough.
-        panic!(
-            "remat: Policy::Budget({budget}) is too small for this training step{at}: the \
-             values that cannot be rebuilt and the op running need at least {min} bytes ({}) \
-             so far, and the rest of the forward pass is not recorded yet. To find the \
-             smallest budget that works, run one step under Policy::Budget(u64::MAX) (it \
-             keeps what SaveAll keeps) and print remat::tradeoff(): its first row is the \
-             smallest budget (`min_budget_bytes`), each row with its extra compute, and \
-             its smallest_budget_within(4.0) the smallest whose plan replays at most 4 \
-             forward passes. The least to try: remat::Policy::Budget({min}).",
-            crate::report_items::format_bytes(min)
-        )
-    }
-    panic!(
-        "remat: Policy::Budget({budget}) is too small for this training step{at}: it needs \
-         (the smallest budget the planner guarantees) {min} bytes ({}). Set a larger budget, \
-         e.g. remat::set_policy(remat::Policy::Budget({min})), or print remat::tradeoff() \
-         after one step under a larger budget to choose one.",
-        crate::report_items::format_bytes(min)
-    )
-}
-
-thread_local! {
-    /// How many `try_with_budget` calls this thread is inside.
-    static TRYING: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-}
-
-/// The payload `too_small` unwinds with inside [`try_with_budget`].
-struct TooSmallUnwind(BudgetError);
 
 /// Runs `f` (a training step, or several) under [`Policy::Budget`]`(budget_bytes)`, as
 /// [`with_policy`](crate::with_policy) does, and returns [`BudgetError::TooSmall`] instead
@@ -105,11 +56,11 @@ struct TooSmallUnwind(BudgetError);
 ///
 /// [`Policy::Budget`]: crate::Policy::Budget
 pub fn try_with_budget<R>(budget_bytes: u64, f: impl FnOnce() -> R) -> Result<R, BudgetError> {
-    TRYING.with(|t| t.set(t.get() + 1));
+    with_thread(|thread| thread.trying.set(thread.trying.get() + 1));
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         with_policy(Policy::Budget(budget_bytes), f)
     }));
-    TRYING.with(|t| t.set(t.get() - 1));
+    with_thread(|thread| thread.trying.set(thread.trying.get() - 1));
     match run {
         Ok(result) => Ok(result),
         Err(payload) => match payload.downcast::<TooSmallUnwind>() {
@@ -150,59 +101,16 @@ fn grads_of(view: &GraphView) -> Option<planner::GradProfile> {
             .filter(|(s, _)| *s == signature)
             .map(|(_, grads)| (**grads).clone())
     };
-    THREAD_GRADS
-        .with(|slot| matching(&slot.borrow()))
+    with_thread(|thread| thread.memory.borrow().grads_of(signature))
+        .map(|grads| (*grads).clone())
         .or_else(|| matching(&LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner())))
 }
 
 /// The view of the last step run under a budget (see [`tradeoff`]).
 fn last_view() -> Option<Arc<GraphView>> {
-    THREAD_VIEW
-        .with(|v| v.borrow().as_ref().map(|(view, ..)| view.clone()))
+    with_thread(|thread| thread.memory.borrow().last_view())
         .or_else(|| LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()).clone())
 }
-
-/// Why [`check_budget`] refused a budget.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BudgetError {
-    /// No training step has run backward under a [`Policy::Budget`] yet, so there is no
-    /// graph to check against: run one step under `Policy::Budget(u64::MAX)` (it keeps what
-    /// [`Policy::SaveAll`](crate::Policy::SaveAll) keeps) first.
-    ///
-    /// [`Policy::Budget`]: crate::Policy::Budget
-    NoStep,
-    /// The budget is below the smallest one the planner guarantees for that step.
-    TooSmall {
-        /// The budget asked about.
-        budget_bytes: u64,
-        /// The smallest budget that fits the step: the first row of [`tradeoff`], or more
-        /// when a step stopped as too small needed more (see [`check_budget`]).
-        min_budget_bytes: u64,
-    },
-}
-
-impl std::fmt::Display for BudgetError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NoStep => write!(
-                f,
-                "no training step has run under a Policy::Budget yet: run one under \
-                 Policy::Budget(u64::MAX) (it keeps what SaveAll keeps), then check a budget"
-            ),
-            Self::TooSmall {
-                budget_bytes,
-                min_budget_bytes,
-            } => write!(
-                f,
-                "Policy::Budget({budget_bytes}) is too small for the last training step: the \
-                 smallest budget it fits is {min_budget_bytes} bytes ({})",
-                crate::report_items::format_bytes(*min_budget_bytes)
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BudgetError {}
 
 /// Whether `Policy::Budget(budget_bytes)` fits the last training step run under a budget
 /// (the step [`tradeoff`] reports on), without running it: `Ok` when the planner guarantees
@@ -247,10 +155,10 @@ impl std::error::Error for BudgetError {}
 /// with_policy(Policy::Budget(budget), step);
 /// ```
 pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
-    let failed = FAILED_NEED.with(core::cell::Cell::get);
+    let failed = with_thread(|thread| thread.failed_need.get());
     // This thread's own steps first: when its only step under a budget stopped as too small,
     // what it needed is the answer, not the graph another thread ran last.
-    let own = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(view, ..)| view.clone()));
+    let own = with_thread(|thread| thread.memory.borrow().last_view());
     let view = match own {
         Some(view) => Some(view),
         None if failed > 0 => None,
@@ -274,6 +182,7 @@ pub fn check_budget(budget_bytes: u64) -> Result<(), BudgetError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::thread::stop;
     use super::*;
 
     /// The message of the panic `f` raises.
@@ -315,7 +224,7 @@ mod tests {
             min_budget_bytes: need,
             lower_bound,
         };
-        let backward = panic_text(|| too_small(100, &infeasible(false), None));
+        let backward = panic_text(|| stop(100, &infeasible(false), None));
         assert!(
             backward.starts_with("remat: Policy::Budget(100) is too small for this training step:"),
             "{backward}"
@@ -327,7 +236,7 @@ mod tests {
         );
         assert!(!backward.contains("forward pass"), "{backward}");
         // In the forward pass `need` is a lower bound: the message says how to find one.
-        let forward = panic_text(|| too_small(100, &infeasible(true), Some("matmul")));
+        let forward = panic_text(|| stop(100, &infeasible(true), Some("matmul")));
         assert!(
             forward.contains("(at op `matmul`, in the forward pass)")
                 && forward.contains(&format!("at least {need} bytes"))

@@ -12,26 +12,16 @@
 //! - Session index `i` is the planner's node `i`: `handles`, `nodes` and `ids` are parallel
 //!   and `index` inverts `ids`; a compaction renumbers them all together.
 
-use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use burn_backend::Backend;
-use burn_backend::tensor::FloatTensor;
-
-use super::report::too_small;
 use smallvec::SmallVec;
 
 use super::entries::{Entries, position, view_node};
-use super::state::{LAST_BUDGET, PLANS, Side, THREAD_VIEW, bytes_of, next_of, sides_of};
-use crate::counters::KeepReason;
-use crate::graph::{GraphNode, Kept, Node, NodeId, Slot};
+use super::state::{LAST_BUDGET, Memory, Side, bytes_of};
+use super::stop::need_of;
+use crate::graph::{BudgetNode, NodeId};
 use crate::planner::{self, Action, CachedPlan, Dtr, grow, recorded_as};
-
-thread_local! {
-    /// The thread's ops recorded under a budget.
-    pub(super) static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
-}
 
 /// A cached plan the thread's current step follows while its ops match the plan's view and
 /// the view's side ops (NOTE \[side-ops\] in `state.rs`).
@@ -43,8 +33,8 @@ pub(super) struct Follow {
 }
 
 impl Follow {
-    fn new(plan: CachedPlan) -> Self {
-        let sides = sides_of(plan.signature);
+    fn new(plan: CachedPlan, memory: &Memory) -> Self {
+        let sides = memory.sides_of(plan.signature);
         Self { plan, sides }
     }
 
@@ -112,7 +102,7 @@ pub(super) struct Session {
     raised: u64,
     dtr: Dtr<'static>,
     /// Recorded nodes, by session index.
-    pub(super) handles: Vec<Weak<dyn GraphNode>>,
+    pub(super) handles: Vec<Weak<dyn BudgetNode>>,
     /// The planner's node of each index (for compaction and measured costs; NOTE
     /// \[followed-entries\] in `entries.rs`).
     pub(super) nodes: Entries,
@@ -175,7 +165,7 @@ impl Session {
     /// When the live values that cannot be rebuilt pass the budget (the session is then
     /// empty).
     pub(super) fn compact(&mut self, budget_id: u32) -> Result<(), planner::Error> {
-        let live: Vec<(usize, Arc<dyn GraphNode>)> = self
+        let live: Vec<(usize, Arc<dyn BudgetNode>)> = self
             .handles
             .iter()
             .enumerate()
@@ -273,23 +263,20 @@ impl Session {
     }
 }
 
-/// Compacts this thread's session: forgets the nodes a backward pass consumed and those that
-/// died. With `step_ended`, the bound the step's forward pass raised ends first (NOTE
-/// \[forward-overflow\]: the next step starts within the budget). When the live graphs pass
-/// the budget the session is dropped, and the next op recorded under it reports it.
-pub(super) fn compact_thread_session(step_ended: bool) {
-    SESSION.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if let Some(session) = cell.as_mut() {
-            if step_ended {
-                session.lower_raised();
-            }
-            let budget_id = session.budget_id;
-            if session.compact(budget_id).is_err() {
-                *cell = None;
-            }
+/// Compacts a thread's session (`slot`): forgets the nodes a backward pass consumed and
+/// those that died. With `step_ended`, the bound the step's forward pass raised ends first
+/// (NOTE \[forward-overflow\]: the next step starts within the budget). When the live graphs
+/// pass the budget the session is dropped, and the next op recorded under it reports it.
+pub(super) fn compact_slot(slot: &mut Option<Session>, step_ended: bool) {
+    if let Some(session) = slot.as_mut() {
+        if step_ended {
+            session.lower_raised();
         }
-    });
+        let budget_id = session.budget_id;
+        if session.compact(budget_id).is_err() {
+            *slot = None;
+        }
+    }
 }
 
 // NOTE [forward-overflow]: online, before the step's graph is known, the forward pass can
@@ -305,16 +292,6 @@ pub(super) fn compact_thread_session(step_ended: bool) {
 // step runs (its backward within the budget, its forward pass over it: `stats()` shows the
 // peak) and the next steps follow its plan; else the step stops there, before any backward
 // step runs, naming the smallest budget the whole step runs with.
-
-/// The least bytes an infeasible plan needs, as the planner says.
-fn need_of(error: &planner::Error) -> u64 {
-    match error {
-        planner::Error::Infeasible {
-            min_budget_bytes, ..
-        } => *min_budget_bytes,
-        other => panic!("remat internal error: the budget's planner refused a step: {other}"),
-    }
-}
 
 impl Session {
     /// Raises the bytes the online planner works within to at least `need`, and by a quarter
@@ -385,7 +362,7 @@ impl Session {
     /// (NOTE \[in-place-forward\]).
     fn online_keeps(&self, inputs: &[InputRead]) -> Option<SmallVec<[NodeId; 2]>> {
         let recorded = self.nodes.len();
-        let alive = |h: Option<&Weak<dyn GraphNode>>| h.is_some_and(|h| h.strong_count() > 0);
+        let alive = |h: Option<&Weak<dyn BudgetNode>>| h.is_some_and(|h| h.strong_count() > 0);
         let settled = recorded > 0
             && self.dtr.recorded() == recorded
             && self.handles.len() < self.compact_at
@@ -429,55 +406,6 @@ impl Session {
     }
 }
 
-/// What an op recorded under a budget reads and produces, before its node exists.
-pub(crate) struct Recorded<B: Backend> {
-    pub(crate) name: &'static str,
-    pub(crate) bytes: u64,
-    pub(crate) cost_ns: f64,
-    pub(crate) replayable: bool,
-    /// Recorded in a checkpoint region: never kept in the forward pass.
-    pub(crate) in_region: bool,
-    pub(crate) reads_output: bool,
-    pub(crate) fixed_bytes: u64,
-    /// Producers a replay reads.
-    pub(crate) inputs: Vec<NodeId>,
-    /// Producers the backward step reads.
-    pub(crate) step_reads: Vec<NodeId>,
-    /// Producers whose value this op has in hand (they may be kept now).
-    pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
-    /// Its backward step reads no value (NOTE \[side-ops\] in `state.rs`).
-    pub(crate) quiet: bool,
-}
-
-/// Makes room, before an op recorded under budget `budget_id` holds `bytes` of constants on
-/// its edges (they are counted from then on): the planner's online eviction drops values
-/// until they fit. Following a plan, the plan made that room at the previous op.
-pub(crate) fn reserve(budget_id: u32, bytes: u64) {
-    if bytes == 0 {
-        return;
-    }
-    let victims = SESSION.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let session = cell.as_mut()?;
-        if session.budget_id != budget_id || session.follow.is_some() {
-            return None;
-        }
-        // When nothing can make room, the op's recording reports it.
-        let victims = session.dtr.victims(bytes).ok()?;
-        Some(
-            victims
-                .into_iter()
-                .map(|v| session.handles[v as usize].clone())
-                .collect::<Vec<_>>(),
-        )
-    });
-    for node in victims.into_iter().flatten() {
-        if let Some(node) = node.upgrade() {
-            node.scheduled_free();
-        }
-    }
-}
-
 // NOTE [in-place-forward]: the recording site holds a clone of each needed input of an op
 // recorded under a budget while the op runs, so that the planner's answer may keep it. A
 // clone makes the input's buffer shared, and an inner kernel that works in place on a
@@ -492,9 +420,9 @@ pub(crate) fn reserve(budget_id: u32, bytes: u64) {
 // output beside the one being written, 0.81x SaveAll's heap peak; now 0.70x. Where a
 // recording may first compact the session or pick a plan, every needed input is held.
 
-/// What the plan this thread's step follows says of the op about to be recorded under a
-/// budget (NOTE \[in-place-forward\], \[side-ops\] in `state.rs`).
-#[derive(Default)]
+/// What the plan a step follows says of the op about to be recorded under a budget (NOTE
+/// \[in-place-forward\], \[side-ops\] in `state.rs`).
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Upcoming {
     /// The producers among its inputs whose values the plan keeps at this op, or `None`
     /// when no plan is followed (then every needed input is held in hand).
@@ -504,30 +432,95 @@ pub(crate) struct Upcoming {
     pub(crate) free_side: bool,
 }
 
-/// One input of an op about to be recorded, as [`upcoming`] weighs it: its producer, whether
-/// the op's backward step reads it, and whether a replay of the op reads it.
+/// One input of an op about to be recorded, as [`Session::upcoming`] weighs it: its
+/// producer, whether the op's backward step reads it, and whether a replay of the op reads
+/// it.
 pub(crate) struct InputRead {
     pub(crate) producer: NodeId,
     pub(crate) by_step: bool,
     pub(crate) by_replay: bool,
 }
 
-/// What the followed plan says of the op named `name` about to be recorded under
-/// `budget_id` (see [`Upcoming`]); online, which of its `inputs` the online planner may keep
-/// at it (NOTE \[in-place-forward\]).
-pub(crate) fn upcoming(budget_id: u32, name: &'static str, inputs: &[InputRead]) -> Upcoming {
-    SESSION.with(|cell| {
-        let cell = cell.borrow();
-        let Some(session) = cell.as_ref().filter(|s| s.budget_id == budget_id) else {
-            return Upcoming::default();
-        };
-        let Some(follow) = session.follow.as_ref() else {
+/// What an op recorded under a budget reads and produces: plain facts, no tensor.
+pub(crate) struct OpFacts {
+    pub(crate) name: &'static str,
+    /// Its output's bytes.
+    pub(crate) bytes: u64,
+    /// Its forward time, measured or estimated.
+    pub(crate) cost_ns: f64,
+    /// The engine can rebuild its value (the inputs a replay reads are retained).
+    pub(crate) replayable: bool,
+    /// Recorded in a checkpoint region: never kept in the forward pass.
+    pub(crate) in_region: bool,
+    /// Its backward step reads its own output.
+    pub(crate) reads_output: bool,
+    /// The constants on its edges the budget charges to it.
+    pub(crate) fixed_bytes: u64,
+    /// Producers a replay reads.
+    pub(crate) inputs: Vec<NodeId>,
+    /// Producers the backward step reads.
+    pub(crate) step_reads: Vec<NodeId>,
+    /// Its backward step reads no value (NOTE \[side-ops\] in `state.rs`).
+    pub(crate) quiet: bool,
+}
+
+/// An op recorded under a budget, as the session sees it.
+pub(super) struct OpRecord {
+    /// The node's id (above every id the session recorded: NOTE \[session-ids\]).
+    pub(super) id: NodeId,
+    /// The node, for the session to drop its value later.
+    pub(super) handle: Weak<dyn BudgetNode>,
+    /// The budget it was recorded under.
+    pub(super) budget_id: u32,
+    pub(super) facts: OpFacts,
+}
+
+/// What to carry out after the session answered, outside its borrow, in this order (a plan
+/// may keep a value and drop it again before the next op to make room for that op's
+/// constants).
+#[derive(Debug)]
+pub(super) enum Apply {
+    /// Store the recorded op's output.
+    KeepOutput,
+    /// Store the value of this input of the op (the recording site has it in hand).
+    KeepInput(NodeId),
+    /// Drop this node's value (it stays rebuildable).
+    Evict(Weak<dyn BudgetNode>),
+}
+
+impl Session {
+    /// Before an op recorded under `budget_id` holds `bytes` of constants on its edges (they
+    /// are counted from then on): the values the online planner drops to make room. `None`
+    /// when the session is under another budget, follows a plan (the plan made that room at
+    /// the previous op), or nothing can make room (the op's recording reports it).
+    pub(super) fn make_room(
+        &mut self,
+        budget_id: u32,
+        bytes: u64,
+    ) -> Option<Vec<Weak<dyn BudgetNode>>> {
+        if bytes == 0 || self.budget_id != budget_id || self.follow.is_some() {
+            return None;
+        }
+        let victims = self.dtr.victims(bytes).ok()?;
+        Some(
+            victims
+                .into_iter()
+                .map(|v| self.handles[v as usize].clone())
+                .collect(),
+        )
+    }
+
+    /// What the followed plan says of the op named `name` about to be recorded (see
+    /// [`Upcoming`]); online, which of its `inputs` the online planner may keep at it (NOTE
+    /// \[in-place-forward\]).
+    pub(super) fn upcoming(&self, name: &'static str, inputs: &[InputRead]) -> Upcoming {
+        let Some(follow) = self.follow.as_ref() else {
             return Upcoming {
-                keeps: session.online_keeps(inputs),
+                keeps: self.online_keeps(inputs),
                 free_side: false,
             };
         };
-        let at = session.nodes.len() as u32;
+        let at = self.nodes.len() as u32;
         match follow.view_node(at) {
             Err(k) => Upcoming {
                 keeps: Some(SmallVec::new()),
@@ -539,7 +532,7 @@ pub(crate) fn upcoming(budget_id: u32, name: &'static str, inputs: &[InputRead])
                         .iter()
                         .filter_map(|action| match *action {
                             Action::Keep(u) if u < v => {
-                                session.ids.get(follow.position(u) as usize).copied()
+                                self.ids.get(follow.position(u) as usize).copied()
                             }
                             _ => None,
                         })
@@ -548,286 +541,39 @@ pub(crate) fn upcoming(budget_id: u32, name: &'static str, inputs: &[InputRead])
                 free_side: false,
             },
         }
-    })
-}
+    }
 
-/// Notes that an op reads the value of node `id`, recorded under `budget_id`, where the
-/// session does not expect it (NOTE \[side-ops\] in `state.rs`): an op recorded outside the
-/// session (under another policy), whose reads the session does not see, so that value is
-/// never free; or, with `kept`, any op reading a free side op, which keeps its value: the
-/// followed plan does not count it, and the step departs from the plan at that op.
-pub(crate) fn read_outside(budget_id: u32, id: NodeId, kept: bool) {
-    SESSION.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if let Some(session) = cell.as_mut().filter(|s| s.budget_id == budget_id)
-            && let Some(at) = session.position(id)
-        {
-            session.read_outside.push(at);
-            session.depart |= kept;
-            session.free_side_read |= kept;
-        }
-    });
-}
-
-/// What to carry out after the planner answered, outside the session's borrow.
-enum Apply {
-    KeepOutput,
-    KeepInput(NodeId),
-    Evict(Weak<dyn GraphNode>),
-}
-
-/// Feeds a newly recorded op to this thread's session and carries out the planner's answer
-/// (NOTE \[budget\]). `node` was recorded with `output`.
-///
-/// # Panics
-/// When values that cannot be rebuilt no longer fit the budget.
-pub(crate) fn on_record<B: Backend>(
-    node: &Arc<Node<B>>,
-    recorded: Recorded<B>,
-    output: &FloatTensor<B>,
-) {
-    let budget_id = node.placement.budget;
-    let id = node.id;
-    let handle: Weak<dyn GraphNode> = Arc::downgrade(&(node.clone() as Arc<dyn GraphNode>));
-    let Recorded {
-        name,
-        bytes,
-        cost_ns,
-        replayable,
-        in_region,
-        reads_output,
-        fixed_bytes,
-        inputs,
-        step_reads,
-        in_hand,
-        quiet,
-    } = recorded;
-    let answer = SESSION.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let session = cell.get_or_insert_with(|| Session::new(budget_id));
-        // A new graph after the ones recorded before were all dropped without backward (an
-        // evaluation pass, say): start over now, so that a step starting here finds an
-        // empty session and follows its plan. The oldest and the newest node are checked
-        // first; the scan stops at the first live node.
-        let dead = |h: &Weak<dyn GraphNode>| h.strong_count() == 0;
-        let dropped_before = session.handles.first().is_some_and(dead)
-            && session.handles.last().is_some_and(dead)
-            && inputs
-                .iter()
-                .chain(&step_reads)
-                .all(|&id| session.position(id).is_none())
-            && session.handles.iter().all(dead);
-        // A step following its plan is not compacted as it grows: it records the plan's
-        // view, whose length bounds it (NOTE [followed-entries] in `entries.rs`).
-        let grown = session.handles.len() >= session.compact_at && session.follow.is_none();
-        if session.budget_id != budget_id || grown || dropped_before {
-            let budget = bytes_of(budget_id);
-            if let Err(error) = session.compact(budget_id) {
-                *cell = None;
-                return Err((budget, error));
-            }
-        }
-        let map = |ids: &[NodeId]| -> Vec<u32> {
-            ids.iter().filter_map(|&id| session.position(id)).collect()
-        };
-        let index = session.nodes.len() as u32;
-        let mut reads = map(&step_reads);
-        if reads_output {
-            reads.push(index);
-        }
-        let entry = planner::Node::new(name, bytes, cost_ns)
-            .inputs(map(&inputs))
-            .step_reads(reads)
-            .replayable(replayable)
-            .fixed_bytes(fixed_bytes)
-            .forced((in_region && replayable).then_some(planner::Forced::Recompute));
-        if index == 0 && session.follow.is_none() {
-            // A new step: follow the plan of the last step run under this budget, if any.
-            session.follow = PLANS.with(|plans| {
-                let mut plans = plans.borrow_mut();
-                let starts_like = |view: &planner::GraphView| {
-                    !view.is_empty() && recorded_as(&entry, view.node(0))
-                };
-                let last = THREAD_VIEW.with(|v| v.borrow().clone());
-                // NOTE [next-graph]: the graph that ran after the last one the last time.
-                if let Some((last_view, last_signature, side_read)) = &last
-                    && let Some(next) = next_of(*last_signature)
-                {
-                    let view = if next == *last_signature {
-                        (!side_read).then(|| last_view.clone())
-                    } else {
-                        plans.view_of(next)
-                    };
-                    match view {
-                        Some(view) if starts_like(&view) => {
-                            let plan = plans.get_or_plan_signed(&view, next, session.budget);
-                            return Some(Follow::new(plan.ok()?));
-                        }
-                        Some(_) => {}
-                        None => return None,
-                    }
-                }
-                // The graph run last on this thread, where it starts like this step: its plan
-                // under this budget, or (NOTE [plan-ahead]) a plan made for it now.
-                let last = last.filter(|(view, ..)| starts_like(view));
-                let plan = match last {
-                    // NOTE [side-view]: that view is not this graph as recorded online.
-                    Some((.., true)) => return None,
-                    Some((view, signature, false)) => plans
-                        .get_or_plan_signed(&view, signature, session.budget)
-                        .ok()?,
-                    None => match plans.most_recent_starting_with(session.budget, &entry) {
-                        Some(plan) => plan.clone(),
-                        None => {
-                            let view = plans.most_recent_view_starting_with(&entry)?;
-                            plans.get_or_plan_shared(&view, session.budget).ok()?
-                        }
-                    },
-                };
-                Some(Follow::new(plan))
-            });
-            if let Some(follow) = &session.follow {
-                session
-                    .nodes
-                    .follow(follow.plan.view.clone(), follow.sides.clone());
-            }
-        }
-        let depart = std::mem::take(&mut session.depart);
-        let planned = session
-            .follow
-            .as_ref()
-            .filter(|_| !depart)
-            .and_then(|follow| follow.actions(&entry, index));
-        if planned.is_none() && session.follow.take().is_some() && index > 0 {
-            // The step departs from the plan: online from here, from the state the plan left
-            // (over the budget if it holds more: NOTE [forward-overflow]).
-            let held = session.held_now();
-            session.go_online(&held);
-        }
-        let replayable = entry.replayable;
-        // NOTE [lent-entries] in `entries.rs`: online, the planner holds the entry.
-        let online = if planned.is_some() {
-            session.nodes.push(entry);
-            None
-        } else if session.nodes.lendable() && session.dtr.recorded() == session.nodes.len() {
-            session.nodes.push_lent();
-            Some(entry)
-        } else {
-            session.nodes.push(entry.clone());
-            Some(entry)
-        };
-        // NOTE [gentle-growth] in `planner/grow.rs`.
-        grow::push(&mut session.handles, handle);
-        debug_assert!(
-            session.ids.last().is_none_or(|&last| last < id),
-            "remat internal error: a session's ops are recorded in the order of their ids"
-        );
-        grow::push(&mut session.ids, id);
-        grow::push(&mut session.quiet, quiet);
-        if let Some(actions) = planned {
-            return Ok(session.to_apply(&actions, index));
-        }
-        let entry = online.expect("an op the plan does not cover is planned online");
-        match session.dtr.on_compute_forgetting(entry) {
-            Ok(actions) => {
-                let actions = actions.to_vec();
-                Ok(session.to_apply(&actions, index))
-            }
-            Err(error) => {
-                // Graphs that died (dropped without backward) may still be counted: forget
-                // them and take over the live ones as they stand, the new op included. When
-                // none died, the op does not fit: the forward pass goes over the budget
-                // (NOTE [forward-overflow]).
-                let before = session.handles.len();
-                let budget = session.budget;
-                if let Err(error) = session.compact(budget_id) {
-                    *cell = None;
-                    return Err((budget, error));
-                }
-                // The op's output, when it cannot be rebuilt, is kept as the planner would.
-                let newest = session.nodes.len() as u32 - 1;
-                let keep_new = !replayable;
-                let fits = session.handles.len() < before;
-                if !fits {
-                    session.raise(need_of(&error));
-                }
-                if !fits || keep_new {
-                    let mut held = session.held_now();
-                    if keep_new {
-                        held.push(newest);
-                    }
-                    session.go_online(&held);
-                }
-                Ok(if keep_new {
-                    vec![Apply::KeepOutput]
-                } else {
-                    Vec::new()
-                })
-            }
-        }
-    });
-    let actions = match answer {
-        Ok(actions) => actions,
-        Err((budget, error)) => too_small(budget, &error, Some(name)),
-    };
-    // In the planner's order (a plan may keep a value and drop it again before the next op
-    // to make room for that op's constants).
-    for action in actions {
-        match action {
-            Apply::KeepOutput => keep(node, output),
-            Apply::KeepInput(producer) => {
-                if let Some((node, value)) = in_hand.iter().find(|(n, _)| n.id == producer) {
-                    keep(node, value);
-                }
-            }
-            Apply::Evict(node) => {
-                if let Some(node) = node.upgrade() {
-                    node.scheduled_free();
-                }
-            }
+    /// Notes that an op reads the value of node `id` where the session does not expect it
+    /// (NOTE \[side-ops\] in `state.rs`): an op recorded outside the session (under another
+    /// policy), whose reads the session does not see, so that value is never free; or, with
+    /// `kept`, any op reading a free side op, which keeps its value: the followed plan does
+    /// not count it, and the step departs from the plan at that op.
+    pub(super) fn read_outside(&mut self, id: NodeId, kept: bool) {
+        if let Some(at) = self.position(id) {
+            self.read_outside.push(at);
+            self.depart |= kept;
+            self.free_side_read |= kept;
         }
     }
-    if cfg!(any(debug_assertions, feature = "export_tests")) {
-        check_forward(budget_id);
-    }
-}
 
-/// Test and debug builds: the bytes the thread's session holds now, counted from the values
-/// themselves, are within the budget (for sessions of up to 4096 ops: the count is linear).
-fn check_forward(budget_id: u32) {
-    let held = SESSION.with(|cell| {
-        let cell = cell.borrow();
-        let session = cell.as_ref()?;
-        (session.handles.len() <= 4096 && session.budget_id == budget_id).then(|| {
-            let held = session
-                .handles
-                .iter()
-                .filter_map(Weak::upgrade)
-                .filter(|n| !n.is_consumed())
-                .map(|n| n.budget_bytes_now())
-                .sum::<u64>();
-            (held, session.raised)
-        })
-    });
-    // NOTE [forward-overflow]: within the raised bytes once the step went over its budget.
-    if let Some((held, budget)) = held {
-        assert!(
-            held <= budget,
-            "remat internal error: the forward pass holds {held} bytes under a budget of {budget}"
-        );
-    }
-}
-
-/// The values this thread's budget dropped that a backward step (or a replay) will read:
-/// rebuilt when read.
-pub(crate) fn dropped() -> Vec<crate::report_items::DroppedValue> {
-    SESSION.with(|cell| {
-        let cell = cell.borrow();
-        let Some(session) = cell.as_ref() else {
-            return Vec::new();
-        };
-        session
+    /// The bytes the session's live nodes hold now, counted from the values themselves, and
+    /// the bound they must keep within (the budget, or the raised bound of NOTE
+    /// \[forward-overflow\]). Linear in the session.
+    pub(super) fn held_and_bound(&self) -> (u64, u64) {
+        let held = self
             .handles
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|n| !n.is_consumed())
+            .map(|n| n.budget_bytes_now())
+            .sum::<u64>();
+        (held, self.raised)
+    }
+
+    /// The values the session dropped that a backward step (or a replay) will read: rebuilt
+    /// when read.
+    pub(super) fn dropped(&self) -> Vec<crate::report_items::DroppedValue> {
+        self.handles
             .iter()
             .filter_map(Weak::upgrade)
             .filter(|n| !n.is_consumed())
@@ -839,19 +585,159 @@ pub(crate) fn dropped() -> Vec<crate::report_items::DroppedValue> {
                     })
             })
             .collect()
-    })
+    }
 }
 
-/// Stores `value` in `node`'s slot unless it is stored (a value the planner keeps before
-/// its first reader is recorded is not marked needed yet).
-fn keep<B: Backend>(node: &Node<B>, value: &FloatTensor<B>) {
-    let mut state = node.lock();
-    if !matches!(state.slot, Slot::Stored(_)) {
-        let reason = if node.placement.leaf_view {
-            KeepReason::Leaf
-        } else {
-            KeepReason::Saved
-        };
-        state.slot = Slot::Stored(Kept::new(value.clone(), reason, node.name));
+/// Feeds a newly recorded op to a thread's session (`slot`, started if need be) and answers
+/// what to carry out on the nodes (NOTE \[budget\]). `memory` holds the plans a new step may
+/// follow.
+///
+/// # Errors
+/// The budget and the planner's error when values that cannot be rebuilt no longer fit the
+/// budget (the session is then dropped).
+pub(super) fn record(
+    slot: &mut Option<Session>,
+    memory: &mut Memory,
+    op: OpRecord,
+) -> Result<Vec<Apply>, (u64, planner::Error)> {
+    let OpRecord {
+        id,
+        handle,
+        budget_id,
+        facts,
+    } = op;
+    let OpFacts {
+        name,
+        bytes,
+        cost_ns,
+        replayable,
+        in_region,
+        reads_output,
+        fixed_bytes,
+        inputs,
+        step_reads,
+        quiet,
+    } = facts;
+    let session = slot.get_or_insert_with(|| Session::new(budget_id));
+    // A new graph after the ones recorded before were all dropped without backward (an
+    // evaluation pass, say): start over now, so that a step starting here finds an empty
+    // session and follows its plan. The oldest and the newest node are checked first; the
+    // scan stops at the first live node.
+    let dead = |h: &Weak<dyn BudgetNode>| h.strong_count() == 0;
+    let dropped_before = session.handles.first().is_some_and(dead)
+        && session.handles.last().is_some_and(dead)
+        && inputs
+            .iter()
+            .chain(&step_reads)
+            .all(|&id| session.position(id).is_none())
+        && session.handles.iter().all(dead);
+    // A step following its plan is not compacted as it grows: it records the plan's view,
+    // whose length bounds it (NOTE [followed-entries] in `entries.rs`).
+    let grown = session.handles.len() >= session.compact_at && session.follow.is_none();
+    if session.budget_id != budget_id || grown || dropped_before {
+        let budget = bytes_of(budget_id);
+        if let Err(error) = session.compact(budget_id) {
+            *slot = None;
+            return Err((budget, error));
+        }
+    }
+    let map = |ids: &[NodeId]| -> Vec<u32> {
+        ids.iter().filter_map(|&id| session.position(id)).collect()
+    };
+    let index = session.nodes.len() as u32;
+    let mut reads = map(&step_reads);
+    if reads_output {
+        reads.push(index);
+    }
+    let entry = planner::Node::new(name, bytes, cost_ns)
+        .inputs(map(&inputs))
+        .step_reads(reads)
+        .replayable(replayable)
+        .fixed_bytes(fixed_bytes)
+        .forced((in_region && replayable).then_some(planner::Forced::Recompute));
+    if index == 0 && session.follow.is_none() {
+        // A new step: follow a plan from its first op, if there is one (NOTE [plan-ahead],
+        // [next-graph] in `state.rs`).
+        session.follow = memory
+            .plan_to_follow(&entry, session.budget)
+            .map(|plan| Follow::new(plan, memory));
+        if let Some(follow) = &session.follow {
+            session
+                .nodes
+                .follow(follow.plan.view.clone(), follow.sides.clone());
+        }
+    }
+    let depart = std::mem::take(&mut session.depart);
+    let planned = session
+        .follow
+        .as_ref()
+        .filter(|_| !depart)
+        .and_then(|follow| follow.actions(&entry, index));
+    if planned.is_none() && session.follow.take().is_some() && index > 0 {
+        // The step departs from the plan: online from here, from the state the plan left
+        // (over the budget if it holds more: NOTE [forward-overflow]).
+        let held = session.held_now();
+        session.go_online(&held);
+    }
+    let replayable = entry.replayable;
+    // NOTE [lent-entries] in `entries.rs`: online, the planner holds the entry.
+    let online = if planned.is_some() {
+        session.nodes.push(entry);
+        None
+    } else if session.nodes.lendable() && session.dtr.recorded() == session.nodes.len() {
+        session.nodes.push_lent();
+        Some(entry)
+    } else {
+        session.nodes.push(entry.clone());
+        Some(entry)
+    };
+    // NOTE [gentle-growth] in `planner/grow.rs`.
+    grow::push(&mut session.handles, handle);
+    debug_assert!(
+        session.ids.last().is_none_or(|&last| last < id),
+        "remat internal error: a session's ops are recorded in the order of their ids"
+    );
+    grow::push(&mut session.ids, id);
+    grow::push(&mut session.quiet, quiet);
+    if let Some(actions) = planned {
+        return Ok(session.to_apply(&actions, index));
+    }
+    let entry = online.expect("an op the plan does not cover is planned online");
+    match session.dtr.on_compute_forgetting(entry) {
+        Ok(actions) => {
+            let actions = actions.to_vec();
+            Ok(session.to_apply(&actions, index))
+        }
+        Err(error) => {
+            // Graphs that died (dropped without backward) may still be counted: forget them
+            // and take over the live ones as they stand, the new op included. When none
+            // died, the op does not fit: the forward pass goes over the budget (NOTE
+            // [forward-overflow]).
+            let before = session.handles.len();
+            let budget = session.budget;
+            if let Err(error) = session.compact(budget_id) {
+                *slot = None;
+                return Err((budget, error));
+            }
+            // The op's output, when it cannot be rebuilt, is kept as the planner would.
+            let newest = session.nodes.len() as u32 - 1;
+            let keep_new = !replayable;
+            let fits = session.handles.len() < before;
+            if !fits {
+                session.raise(need_of(&error));
+            }
+            if !fits || keep_new {
+                let mut held = session.held_now();
+                if keep_new {
+                    held.push(newest);
+                }
+                session.go_online(&held);
+            }
+            Ok(if keep_new {
+                vec![Apply::KeepOutput]
+            } else {
+                Vec::new()
+            })
+        }
     }
 }

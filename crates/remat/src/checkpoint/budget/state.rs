@@ -1,42 +1,20 @@
-//! The state the budget's files share: the interned budgets, the plans, views and side ops
-//! a thread keeps, the graph it ran last (NOTE \[plan-ahead\], \[next-graph\]), and the
-//! cost estimate of an op not measured yet. Names none of its sibling files.
+//! The state the budget's files share: the interned budgets, what a thread remembers of
+//! the steps it ran ([`Memory`]: its plans, the graph it ran last and the one after each,
+//! side ops; NOTE \[plan-ahead\], \[next-graph\]), what the process remembers for
+//! reports, and the cost estimate of an op not measured yet. Names none of its sibling
+//! files.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::policy::Cost;
-use crate::planner::{self, GradProfile, GraphView, PlanCache};
+use crate::planner::{self, CachedPlan, GradProfile, GraphView, PlanCache, recorded_as};
 
 /// The budgets in use, by id (id `i + 1` is `BUDGETS[i]`); a handful per process.
 static BUDGETS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 /// The budget of the step recorded last (for [`Stats`](crate::Stats)); 0 before any.
 pub(super) static LAST_BUDGET: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// The last budget interned on this thread, to skip the lock per recorded op.
-    static LAST_INTERNED: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((0, 0)) };
-    /// The view of the last pass under a budget run on this thread, its signature
-    /// ([`crate::planner::signature`]), and whether an op read a free side op (NOTE
-    /// \[side-view\]).
-    pub(super) static THREAD_VIEW: RefCell<Option<(Arc<GraphView>, u64, bool)>> = const { RefCell::new(None) };
-    /// The gradients of this thread's last completed pass under a budget, with its view's
-    /// signature (NOTE \[grads-in-flight\] in `planner/grads.rs`).
-    pub(super) static THREAD_GRADS: RefCell<Option<(u64, Arc<GradProfile>)>> = const { RefCell::new(None) };
-    /// What a step under a budget was found to need when it stopped as too small, in its
-    /// forward pass or at `backward()` (see [`check_budget`]); 0 once a pass under a budget
-    /// completes.
-    pub(super) static FAILED_NEED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-    /// The side ops of recent views (NOTE \[side-ops\]), oldest first.
-    static SIDES: RefCell<Vec<(u64, Arc<[Side]>)>> = const { RefCell::new(Vec::new()) };
-    /// For graphs this thread ran under a budget, by signature: the graph that ran right
-    /// after it the last time (NOTE \[next-graph\]), at most [`PLANS_KEPT`].
-    static NEXT: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
-    /// Plans for the steps this thread ran under a budget, by graph signature.
-    pub(super) static PLANS: RefCell<PlanCache> = RefCell::new(PlanCache::new(PLANS_KEPT));
-}
 
 // NOTE [plan-ahead]: the first step under a budget used to run its forward pass online
 // (DTR), even where the thread had run the same graph under another budget: online eviction
@@ -126,89 +104,216 @@ pub(super) struct Side {
     pub(super) free: bool,
 }
 
-/// The side ops of the views of the last passes on this thread, by view signature
-/// (NOTE \[side-ops\]); only views that had some, at most [`PLANS_KEPT`].
-pub(super) fn sides_of(signature: u64) -> Arc<[Side]> {
-    SIDES.with(|sides| {
-        sides
-            .borrow()
+/// The graph a thread ran last under a budget (NOTE \[plan-ahead\]).
+#[derive(Clone, Debug)]
+struct LastRun {
+    view: Arc<GraphView>,
+    /// The view's signature ([`planner::signature`]).
+    signature: u64,
+    /// An op of the step read a free side op (NOTE \[side-view\]).
+    side_read: bool,
+}
+
+/// What a thread remembers of the steps it ran under a budget, across steps: its plans by
+/// graph and budget, the graph it ran last and the one that ran after each (NOTE
+/// \[plan-ahead\], \[next-graph\]), the side ops of recent views (NOTE \[side-ops\]) and
+/// the gradients of its last completed pass (NOTE \[grads-in-flight\] in
+/// `planner/grads.rs`). A plain value: the thread's handle (`thread.rs`) owns one, and the
+/// unit tests make their own.
+#[derive(Debug)]
+pub(super) struct Memory {
+    last: Option<LastRun>,
+    grads: Option<(u64, Arc<GradProfile>)>,
+    /// The side ops of recent views, by signature, oldest first: only views that had some,
+    /// at most [`PLANS_KEPT`].
+    sides: Vec<(u64, Arc<[Side]>)>,
+    /// For graphs run under a budget, by signature: the graph that ran right after it the
+    /// last time, at most [`PLANS_KEPT`].
+    next: Vec<(u64, u64)>,
+    /// Plans for the steps run under a budget, by graph signature and budget.
+    plans: PlanCache,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self {
+            last: None,
+            grads: None,
+            sides: Vec::new(),
+            next: Vec::new(),
+            plans: PlanCache::new(PLANS_KEPT),
+        }
+    }
+}
+
+impl Memory {
+    /// The side ops of the view with `signature` (NOTE \[side-ops\]); none when it had none
+    /// or is forgotten.
+    pub(super) fn sides_of(&self, signature: u64) -> Arc<[Side]> {
+        self.sides
             .iter()
             .find(|(s, _)| *s == signature)
             .map_or_else(|| Arc::from([]), |(_, list)| list.clone())
-    })
-}
+    }
 
-/// The graph that ran right after the graph with signature `after` the last time it ran on
-/// this thread (NOTE \[next-graph\]).
-pub(super) fn next_of(after: u64) -> Option<u64> {
-    NEXT.with(|next| {
-        next.borrow()
+    /// The graph that ran right after the graph with signature `after` the last time it ran
+    /// (NOTE \[next-graph\]).
+    pub(super) fn next_of(&self, after: u64) -> Option<u64> {
+        self.next
             .iter()
             .find(|(s, _)| *s == after)
             .map(|&(_, next)| next)
-    })
-}
+    }
 
-/// Notes that the graph with signature `then` ran right after the one with `after`.
-fn set_next(after: u64, then: u64) {
-    NEXT.with(|next| {
-        let mut next = next.borrow_mut();
-        next.retain(|(s, _)| *s != after);
-        if next.len() == PLANS_KEPT {
-            next.remove(0);
+    /// Notes that the graph with signature `then` ran right after the one with `after`.
+    fn set_next(&mut self, after: u64, then: u64) {
+        self.next.retain(|(s, _)| *s != after);
+        if self.next.len() == PLANS_KEPT {
+            self.next.remove(0);
         }
-        next.push((after, then));
-    });
-}
+        self.next.push((after, then));
+    }
 
-/// Notes the side ops of the view with `signature` (none: forgets any).
-fn set_sides(signature: u64, list: Arc<[Side]>) {
-    SIDES.with(|sides| {
-        let mut sides = sides.borrow_mut();
-        sides.retain(|(s, _)| *s != signature);
+    /// Notes the side ops of the view with `signature` (none: forgets any).
+    fn set_sides(&mut self, signature: u64, list: Arc<[Side]>) {
+        self.sides.retain(|(s, _)| *s != signature);
         if !list.is_empty() {
-            if sides.len() == PLANS_KEPT {
-                sides.remove(0);
+            if self.sides.len() == PLANS_KEPT {
+                self.sides.remove(0);
             }
-            sides.push((signature, list));
+            self.sides.push((signature, list));
         }
-    });
+    }
+
+    /// Makes `view` (with its side ops) the graph run last, which the next step starting
+    /// like it plans ahead from (NOTE \[plan-ahead\]). `signature`: the view's
+    /// ([`planner::signature`]); `side_read`: an op of the step read a free side op (NOTE
+    /// \[side-view\]); `stopped`: the step stopped as too small (NOTE \[stopped-view\]);
+    /// `grads`: the gradients of a pass that completed, kept with the view (those of an
+    /// earlier pass of the same graph stay).
+    pub(super) fn ran_last(
+        &mut self,
+        view: Arc<GraphView>,
+        signature: u64,
+        sides: Arc<[Side]>,
+        side_read: bool,
+        stopped: bool,
+        grads: Option<Arc<GradProfile>>,
+    ) {
+        debug_assert_eq!(signature, planner::signature(&view), "remat internal error");
+        match grads {
+            Some(grads) => self.grads = Some((signature, grads)),
+            None if self.grads.as_ref().is_some_and(|(s, _)| *s != signature) => {
+                self.grads = None;
+            }
+            None => {}
+        }
+        self.set_sides(signature, sides);
+        if let Some(before) = self.last.as_ref().map(|last| last.signature) {
+            // NOTE [next-graph].
+            self.set_next(before, signature);
+        }
+        if stopped {
+            // A step that stopped is retried (NOTE [next-graph]).
+            self.set_next(signature, signature);
+        }
+        self.last = Some(LastRun {
+            view,
+            signature,
+            side_read,
+        });
+    }
+
+    /// The view of the graph run last, if any.
+    pub(super) fn last_view(&self) -> Option<Arc<GraphView>> {
+        self.last.as_ref().map(|last| last.view.clone())
+    }
+
+    /// The gradients of the last completed pass, when it was of the graph with `signature`.
+    pub(super) fn grads_of(&self, signature: u64) -> Option<Arc<GradProfile>> {
+        self.grads
+            .as_ref()
+            .filter(|(s, _)| *s == signature)
+            .map(|(_, grads)| grads.clone())
+    }
+
+    /// The plan a step whose first op is `first` follows under `budget`, from its first op
+    /// on: the plan of the graph that ran after the graph run last the last time (NOTE
+    /// \[next-graph\]), else of the graph run last, where it starts like `first` (planned
+    /// now if need be: NOTE \[plan-ahead\]), else the most recent plan under `budget` that
+    /// starts like it, else one made now for the most recent view that does. `None`: the
+    /// step runs online (no such graph, a view not planned (NOTE \[side-view\]), or a
+    /// budget too small for its plan).
+    pub(super) fn plan_to_follow(
+        &mut self,
+        first: &planner::Node,
+        budget: u64,
+    ) -> Option<CachedPlan> {
+        let starts_like = |view: &GraphView| !view.is_empty() && recorded_as(first, view.node(0));
+        if let Some(last) = &self.last
+            && let Some(next) = self.next_of(last.signature)
+        {
+            let view = if next == last.signature {
+                (!last.side_read).then(|| last.view.clone())
+            } else {
+                self.plans.view_of(next)
+            };
+            match view {
+                Some(view) if starts_like(&view) => {
+                    return self.plans.get_or_plan_signed(&view, next, budget).ok();
+                }
+                Some(_) => {}
+                None => return None,
+            }
+        }
+        match self.last.as_ref().filter(|last| starts_like(&last.view)) {
+            // NOTE [side-view]: that view is not this graph as recorded online.
+            Some(last) if last.side_read => None,
+            Some(last) => {
+                let (view, signature) = (last.view.clone(), last.signature);
+                self.plans.get_or_plan_signed(&view, signature, budget).ok()
+            }
+            None => match self.plans.most_recent_starting_with(budget, first) {
+                Some(plan) => Some(plan.clone()),
+                None => {
+                    let view = self.plans.most_recent_view_starting_with(first)?;
+                    self.plans.get_or_plan_shared(&view, budget).ok()
+                }
+            },
+        }
+    }
+
+    /// Whether a plan of the graph with `signature` under `budget` is cached.
+    pub(super) fn has_plan(&mut self, signature: u64, budget: u64) -> bool {
+        self.plans.get(signature, budget).is_some()
+    }
+
+    /// Caches `schedule`, the plan of `view` under `budget`, for the next steps.
+    pub(super) fn remember_plan(
+        &mut self,
+        view: Arc<GraphView>,
+        budget: u64,
+        schedule: planner::Schedule,
+    ) {
+        self.plans.insert_shared(view, budget, schedule);
+    }
 }
 
-/// Makes `view` (with its side ops) the graph this thread ran last, which the next step
-/// starting like it plans ahead from (NOTE \[plan-ahead\]), and the one
-/// [`tradeoff`](super::tradeoff) reads. `signature`: the view's ([`planner::signature`]).
-/// `side_read`: an op of the step read a free side op (NOTE \[side-view\]);
-/// `stopped`: the step stopped as too small (NOTE \[stopped-view\]); `grads`: the
-/// gradients of a pass that completed (NOTE \[grads-in-flight\] in `planner/grads.rs`),
-/// kept for `tradeoff` with the view (those of an earlier pass of the same graph stay).
-pub(super) fn ran_last(
+/// Notes in the process's memory, for [`tradeoff`](super::tradeoff) and
+/// [`check_budget`](super::check_budget) on other threads, the view of a pass run last
+/// with its gradients (`grads`: a completed pass's; `None` forgets those of another graph).
+pub(super) fn ran_last_in_process(
     view: Arc<GraphView>,
     signature: u64,
-    sides: Arc<[Side]>,
-    side_read: bool,
-    stopped: bool,
-    grads: Option<GradProfile>,
+    grads: Option<Arc<GradProfile>>,
 ) {
-    debug_assert_eq!(signature, planner::signature(&view), "remat internal error");
-    let grads = grads.map(|grads| (signature, Arc::new(grads)));
-    let keep = |slot: &mut Option<(u64, Arc<GradProfile>)>| match &grads {
-        Some(_) => slot.clone_from(&grads),
+    let mut slot = LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner());
+    match grads {
+        Some(grads) => *slot = Some((signature, grads)),
         None if slot.as_ref().is_some_and(|(s, _)| *s != signature) => *slot = None,
         None => {}
-    };
-    THREAD_GRADS.with(|slot| keep(&mut slot.borrow_mut()));
-    keep(&mut LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner()));
-    set_sides(signature, sides);
-    if let Some(before) = THREAD_VIEW.with(|v| v.borrow().as_ref().map(|(_, s, _)| *s)) {
-        // NOTE [next-graph].
-        set_next(before, signature);
     }
-    if stopped {
-        // A step that stopped is retried (NOTE [next-graph]).
-        set_next(signature, signature);
-    }
-    THREAD_VIEW.with(|v| *v.borrow_mut() = Some((view.clone(), signature, side_read)));
+    drop(slot);
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
 }
 
@@ -227,9 +332,10 @@ pub(super) static LAST_VIEW: Mutex<Option<Arc<GraphView>>> = Mutex::new(None);
 /// signature (NOTE \[grads-in-flight\] in `planner/grads.rs`).
 pub(super) static LAST_GRADS: Mutex<Option<(u64, Arc<GradProfile>)>> = Mutex::new(None);
 
-/// The id of budget `bytes` (never 0).
-pub(crate) fn intern(bytes: u64) -> u32 {
-    let (last, id) = LAST_INTERNED.with(|c| c.get());
+/// The id of budget `bytes` (never 0) in the process-wide table; `cache` is the thread's
+/// last answer, which skips the table's lock per recorded op.
+pub(super) fn intern_cached(bytes: u64, cache: &core::cell::Cell<(u64, u32)>) -> u32 {
+    let (last, id) = cache.get();
     if id != 0 && last == bytes {
         return id;
     }
@@ -242,7 +348,7 @@ pub(crate) fn intern(bytes: u64) -> u32 {
         }
     };
     drop(budgets);
-    LAST_INTERNED.with(|c| c.set((bytes, id)));
+    cache.set((bytes, id));
     id
 }
 
@@ -278,17 +384,21 @@ mod tests {
     fn a_budget_interns_to_one_id_that_gives_its_bytes_back() {
         // Bytes no other test of the process uses: the table is process-wide.
         let (a, b) = (0x5EED_0001_u64, 0x5EED_0002_u64);
-        let id_a = intern(a);
-        let id_b = intern(b);
+        let cache = core::cell::Cell::new((0, 0));
+        let id_a = intern_cached(a, &cache);
+        let id_b = intern_cached(b, &cache);
         assert_ne!(id_a, 0, "0 means no budget");
         assert_ne!(id_a, id_b);
-        // Again after another budget (the thread's one-entry cache no longer holds `a`),
-        // and from another thread (no cache at all): the same id.
-        assert_eq!(intern(a), id_a);
-        assert_eq!(std::thread::spawn(move || intern(a)).join().unwrap(), id_a);
-        assert_eq!(intern(b), id_b);
+        // Again after another budget (the one-entry cache no longer holds `a`), and with
+        // another cache (another thread's): the same id.
+        assert_eq!(intern_cached(a, &cache), id_a);
+        let other = core::cell::Cell::new((0, 0));
+        assert_eq!(intern_cached(a, &other), id_a);
+        assert_eq!(intern_cached(b, &cache), id_b);
         assert_eq!(bytes_of(id_a), a);
         assert_eq!(bytes_of(id_b), b);
+        // The cache answers without the table: a stale entry would be a wrong id.
+        assert_eq!(cache.get(), (b, id_b));
     }
 
     #[test]
