@@ -495,25 +495,7 @@ pub(crate) fn plan_pass(
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.
     let followed = follow
-        .filter(|f| {
-            f.plan.signature == signature && f.plan.budget_bytes == full_budget && outside == 0
-        })
-        .and_then(|f| {
-            let start = f.plan.index.backward(0)?.start;
-            let mut expected: Vec<u32> = Vec::new();
-            for action in &f.plan.schedule.actions()[..start] {
-                match *action {
-                    Action::Keep(v) => expected.push(v),
-                    Action::Free(v) => expected.retain(|&x| x != v),
-                    _ => {}
-                }
-            }
-            expected.sort_unstable();
-            expected.dedup();
-            let mut now = held.clone();
-            now.sort_unstable();
-            (expected == now).then_some(f)
-        })
+        .filter(|f| outside == 0 && f.applies(signature, full_budget, &held))
         .map(|f| {
             backward_chunks(
                 f.plan.schedule.clone(),

@@ -93,6 +93,38 @@ impl Follow {
     }
 }
 
+impl Follow {
+    /// Whether the step that followed this plan to the end can carry out the plan's
+    /// backward: the plan is of the pass's graph (`signature`) under its budget, and the
+    /// values `held` when the pass starts (view indices) are those the plan's forward part
+    /// leaves held.
+    pub(super) fn applies(&self, signature: u64, budget: u64, held: &[u32]) -> bool {
+        if self.plan.signature != signature || self.plan.budget_bytes != budget {
+            return false;
+        }
+        let mut now = held.to_vec();
+        now.sort_unstable();
+        held_after_forward(&self.plan).is_some_and(|expected| expected == now)
+    }
+}
+
+/// The values a plan holds when its forward part ends (view indices, ascending); `None`
+/// for a plan without a backward part.
+pub(super) fn held_after_forward(plan: &CachedPlan) -> Option<Vec<u32>> {
+    let start = plan.index.backward(0)?.start;
+    let mut held: Vec<u32> = Vec::new();
+    for action in &plan.schedule.actions()[..start] {
+        match *action {
+            Action::Keep(v) => held.push(v),
+            Action::Free(v) => held.retain(|&x| x != v),
+            _ => {}
+        }
+    }
+    held.sort_unstable();
+    held.dedup();
+    Some(held)
+}
+
 /// The ops recorded under a budget on one thread (see NOTE \[budget\]).
 pub(super) struct Session {
     pub(super) budget_id: u32,

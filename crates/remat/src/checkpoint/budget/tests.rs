@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::session::{self, Apply, InputRead, OpFacts, OpRecord, Session};
+use super::session::{self, Apply, InputRead, OpFacts, OpRecord, Session, held_after_forward};
 use super::state::{Memory, Side, bytes_of};
 use super::thread::intern;
 use crate::graph::{BudgetNode, NodeId};
@@ -209,21 +209,6 @@ impl Thread {
     }
 }
 
-/// What a plan holds when its forward pass ends.
-fn held_after_forward(plan: &planner::CachedPlan) -> Vec<u32> {
-    let start = plan.index.backward(0).expect("a backward part").start;
-    let mut held = Vec::new();
-    for action in &plan.schedule.actions()[..start] {
-        match *action {
-            Action::Keep(v) if !held.contains(&v) => held.push(v),
-            Action::Free(v) => held.retain(|&x| x != v),
-            _ => {}
-        }
-    }
-    held.sort_unstable();
-    held
-}
-
 #[test]
 fn an_online_session_keeps_a_chain_within_its_budget_and_lists_what_it_dropped() {
     let budget = intern(450);
@@ -311,7 +296,16 @@ fn a_step_follows_the_plan_of_the_graph_it_ran_last_op_for_op() {
         .plan_to_follow(&view.nodes()[0], bytes)
         .unwrap();
     assert_eq!(plan.signature, signature);
-    assert_eq!(thread.held(), held_after_forward(&plan));
+    assert_eq!(Some(thread.held()), held_after_forward(&plan));
+    // So the pass carries out the plan's backward; not another graph's, another budget's,
+    // or from other values held.
+    let follow = thread.session.as_mut().unwrap().follow.take().unwrap();
+    let held = thread.held();
+    assert!(follow.applies(signature, bytes, &held));
+    assert!(!follow.applies(signature ^ 1, bytes, &held));
+    assert!(!follow.applies(signature, bytes + 1, &held));
+    let fewer = &held[1..];
+    assert!(!held.is_empty() && !follow.applies(signature, bytes, fewer));
     // Before each op, `upcoming` named the inputs the plan keeps at it: every `Keep` of an
     // earlier value in the op's forward actions.
     let kept_inputs: usize = (1..ops.len())
