@@ -12,6 +12,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::pass::{Pending, smooth_costs};
+use super::state::shared_plans;
 use super::thread::{compact_thread_session, ran_last, with_thread};
 use crate::checkpoint::cost;
 use crate::graph::GraphNode;
@@ -179,12 +180,14 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         && !pending.side_read
         && let Ok(schedule) = planner::plan(&view, pending.budget)
     {
-        with_thread(|thread| {
+        let plan = with_thread(|thread| {
             thread
                 .memory
                 .borrow_mut()
-                .remember_plan(view.clone(), pending.budget, schedule);
+                .remember_plan(view.clone(), pending.budget, schedule)
         });
+        // NOTE [plans-across-threads] in `state.rs`.
+        shared_plans(|plans| plans.offer(plan, pending.sides.clone(), pending.recorded_elsewhere));
     }
     let grads = pending.grads.filter(|_| completed);
     ran_last(

@@ -39,8 +39,9 @@
 //! the bottom up (no file names one above it):
 //! - `state.rs`: the state they share: the interned budgets, [`Memory`] (what a thread
 //!   remembers of the steps it ran: its plans, the graph it ran last and the one after
-//!   each, side ops; NOTE \[plan-ahead\], \[next-graph\], \[side-ops\]), what reports read
-//!   from other threads, and the cost estimate of an op not measured yet.
+//!   each, side ops; NOTE \[plan-ahead\], \[next-graph\], \[side-ops\]), the plans offered
+//!   across threads (\[plans-across-threads\]), what reports read from other threads, and
+//!   the cost estimate of an op not measured yet.
 //! - `stop.rs`: a budget too small: [`BudgetError`] and the panic that names a budget that
 //!   works.
 //! - `entries.rs`: the planner's node of each op a session recorded, the plan's view's

@@ -20,7 +20,8 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::entries::Entries;
-use super::state::{LAST_BUDGET, Side, bytes_of, estimate};
+use super::session::Follow;
+use super::state::{LAST_BUDGET, Side, bytes_of, estimate, shared_plans};
 use super::thread::{compact_thread_session, ran_last, stop, with_thread};
 use crate::checkpoint::cost;
 use crate::graph::{BudgetNode, GraphNode, NodeId, ScheduleFacts};
@@ -306,12 +307,16 @@ pub(crate) fn plan_pass(
     // `state.rs`), listed when the session starts with the pass's first op.
     // NOTE [split-sides]: the side ops' nodes, where the pass took the session's list.
     let mut split = None;
-    let (session_view, follow, sides, side_read) = with_thread(|thread| {
+    let (session_view, follow, sides, side_read, recorded_here) = with_thread(|thread| {
         let cell = &thread.session;
         let mut cell = cell.borrow_mut();
         let Some(session) = cell.as_mut() else {
-            return (None, None, Arc::from([]), false);
+            return (None, None, Arc::from([]), false, false);
         };
+        // Whether this thread recorded the pass's ops (its first, by id).
+        let recorded_here = by_id
+            .first()
+            .is_some_and(|&k| session.position(entries[k].id).is_some());
         let side_read = std::mem::take(&mut session.free_side_read);
         // NOTE [pass-compaction].
         session.release_planner();
@@ -369,7 +374,7 @@ pub(crate) fn plan_pass(
                 .flatten()
                 .map(Err)
         });
-        (view, follow, sides, side_read)
+        (view, follow, sides, side_read, recorded_here)
     });
     // The pass's inner backend, when it has one (a graph may span backends: NOTE
     // [op-times] in `cost.rs`, replay times are per backend).
@@ -492,10 +497,30 @@ pub(crate) fn plan_pass(
         Some(f) if Arc::ptr_eq(&f.plan.view, &view) => f.plan.signature,
         _ => planner::signature(&view),
     };
+    // NOTE [plans-across-threads] in `state.rs`: ops recorded on another thread may have
+    // followed one of the process's plans of this graph (a view built from other op costs,
+    // so matched by structure): the one whose forward part leaves what is held.
+    let shared = follow.is_none() && !recorded_here;
+    let follow = follow.or_else(|| {
+        if !shared {
+            return None;
+        }
+        shared_plans(|plans| plans.under(full_budget))
+            .into_iter()
+            .filter(|plan| same_graph(&plan.view, &view))
+            .map(|plan| Follow {
+                plan,
+                sides: Arc::from([]),
+            })
+            .find(|f| f.applies(f.plan.signature, full_budget, &held))
+    });
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.
     let followed = follow
-        .filter(|f| outside == 0 && f.applies(signature, full_budget, &held))
+        .filter(|f| {
+            let of = if shared { f.plan.signature } else { signature };
+            outside == 0 && f.applies(of, full_budget, &held)
+        })
         .map(|f| {
             backward_chunks(
                 f.plan.schedule.clone(),
@@ -571,8 +596,40 @@ pub(crate) fn plan_pass(
         sides,
         side_read,
         grads: None,
+        recorded_elsewhere: !recorded_here,
     };
     (per_node, held_bytes, budget, pending)
+}
+
+/// Whether two views are the same graph, their op costs aside: the same nodes in the same
+/// step order. A value nothing reads (the loss) is compared by its op and inputs only: a
+/// pass built from descriptions sizes it 0 bytes and not replayable, where the recording
+/// session has its size (NOTE \[recorded-size\]).
+fn same_graph(a: &GraphView, b: &GraphView) -> bool {
+    if a.len() != b.len() || a.step_order() != b.step_order() {
+        return false;
+    }
+    let mut read = vec![false; b.len()];
+    for node in b.nodes() {
+        let replay: &[u32] = if node.replayable { &node.inputs } else { &[] };
+        for &v in node.step_reads.iter().chain(replay) {
+            read[v as usize] = true;
+        }
+    }
+    a.nodes()
+        .iter()
+        .zip(b.nodes())
+        .zip(&read)
+        .all(|((x, y), &read)| {
+            if read {
+                planner::same_structure(x, y)
+            } else {
+                x.name == y.name
+                    && x.inputs == y.inputs
+                    && x.step_reads == y.step_reads
+                    && x.fixed_bytes == y.fixed_bytes
+            }
+        })
 }
 
 /// A pass's view, kept by the pass until it ends ([`after_pass`](super::after_pass)): then
@@ -597,6 +654,9 @@ pub(crate) struct Pending {
     /// The gradients the pass held, step by step, once it completed (NOTE
     /// \[grads-in-flight\] in `planner/grads.rs`).
     pub(crate) grads: Option<planner::GradProfile>,
+    /// Another thread recorded the pass's ops (NOTE \[plans-across-threads\] in
+    /// `state.rs`).
+    pub(super) recorded_elsewhere: bool,
 }
 
 // NOTE [shared-chunks]: a pass carried out a copy of its actions cut per node (a vector

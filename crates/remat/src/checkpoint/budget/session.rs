@@ -620,9 +620,16 @@ impl Session {
     }
 }
 
+/// The process's plan under a budget whose view starts like an op, with its side ops (NOTE
+/// \[plans-across-threads\] in `state.rs`).
+pub(super) type PlansElsewhere<'a> =
+    dyn Fn(&planner::Node, u64) -> Option<(CachedPlan, Arc<[Side]>)> + 'a;
+
 /// Feeds a newly recorded op to a thread's session (`slot`, started if need be) and answers
 /// what to carry out on the nodes (NOTE \[budget\]). `memory` holds the plans a new step may
-/// follow.
+/// follow; on a thread that has run no pass under a budget, `elsewhere` offers the process's
+/// plan starting like the step's first op under its budget, with its side ops (NOTE
+/// \[plans-across-threads\] in `state.rs`).
 ///
 /// # Errors
 /// The budget and the planner's error when values that cannot be rebuilt no longer fit the
@@ -631,6 +638,7 @@ pub(super) fn record(
     slot: &mut Option<Session>,
     memory: &mut Memory,
     op: OpRecord,
+    elsewhere: &PlansElsewhere<'_>,
 ) -> Result<Vec<Apply>, (u64, planner::Error)> {
     let OpRecord {
         id,
@@ -690,9 +698,13 @@ pub(super) fn record(
     if index == 0 && session.follow.is_none() {
         // A new step: follow a plan from its first op, if there is one (NOTE [plan-ahead],
         // [next-graph] in `state.rs`).
-        session.follow = memory
-            .plan_to_follow(&entry, session.budget)
-            .map(|plan| Follow::new(plan, memory));
+        session.follow = match memory.plan_to_follow(&entry, session.budget) {
+            Some(plan) => Some(Follow::new(plan, memory)),
+            None if !memory.has_run() => {
+                elsewhere(&entry, session.budget).map(|(plan, sides)| Follow { plan, sides })
+            }
+            None => None,
+        };
         if let Some(follow) = &session.follow {
             session
                 .nodes

@@ -224,6 +224,11 @@ impl Memory {
         });
     }
 
+    /// Whether a pass under a budget ran on this thread (stopped or not).
+    pub(super) fn has_run(&self) -> bool {
+        self.last.is_some()
+    }
+
     /// The view of the graph run last, if any.
     pub(super) fn last_view(&self) -> Option<Arc<GraphView>> {
         self.last.as_ref().map(|last| last.view.clone())
@@ -288,14 +293,15 @@ impl Memory {
         self.plans.get(signature, budget).is_some()
     }
 
-    /// Caches `schedule`, the plan of `view` under `budget`, for the next steps.
+    /// Caches `schedule`, the plan of `view` under `budget`, for the next steps, and returns
+    /// it.
     pub(super) fn remember_plan(
         &mut self,
         view: Arc<GraphView>,
         budget: u64,
         schedule: planner::Schedule,
-    ) {
-        self.plans.insert_shared(view, budget, schedule);
+    ) -> CachedPlan {
+        self.plans.insert_shared(view, budget, schedule)
     }
 }
 
@@ -315,6 +321,84 @@ pub(super) fn ran_last_in_process(
     }
     drop(slot);
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
+}
+
+// NOTE [plans-across-threads]: a thread's plans are its own (no lock per op), so a step
+// whose backward pass ran on another thread (the loss moved to a worker thread) followed no
+// plan: the backward thread planned and cached the plan where the recording thread never
+// looked, and every step ran online (69 replays a step where the plan makes 30,
+// `tests/budget.rs`, `a_backward_on_another_thread_follows_the_plan`). Every plan made after
+// a pass is also offered to the process ([`SharedPlans`], locked once a pass and once at a
+// step's first op), and used two ways:
+// - a pass whose ops another thread recorded carries out the backward of the process's
+//   plan of its graph under its budget whose forward part leaves what it holds (the plan
+//   the recording thread followed; views matched by structure, their costs aside);
+// - a thread that has run no pass under a budget starts a step from the most recent plan
+//   that a pass on another thread than the recording one made (with its side ops), under
+//   its budget and starting like the step. Only those: a thread's first step stays online
+//   in a process whose other threads train on their own (each test of a test binary runs
+//   on a thread of its own, and its first step is not another test's plan).
+// A thread's own plans come first: a loop on one thread is not changed by this.
+
+/// The plans made on any thread, with their views' side ops and whether another thread
+/// than the pass's recorded its ops, most recently used last (NOTE
+/// \[plans-across-threads\]).
+#[derive(Debug, Default)]
+pub(super) struct SharedPlans {
+    entries: std::collections::VecDeque<(CachedPlan, Arc<[Side]>, bool)>,
+}
+
+impl SharedPlans {
+    /// Offers `plan` (with its view's side ops; `crossed`: its pass ran on another thread
+    /// than the one that recorded it), replacing one of the same graph and budget.
+    pub(super) fn offer(&mut self, plan: CachedPlan, sides: Arc<[Side]>, crossed: bool) {
+        self.entries.retain(|(p, ..)| {
+            !(p.signature == plan.signature && p.budget_bytes == plan.budget_bytes)
+        });
+        if self.entries.len() == PLANS_KEPT {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((plan, sides, crossed));
+    }
+
+    /// The most recent plan under `budget` whose pass crossed threads and whose view starts
+    /// like `first`, with its side ops.
+    pub(super) fn starting_with(
+        &self,
+        first: &planner::Node,
+        budget: u64,
+    ) -> Option<(CachedPlan, Arc<[Side]>)> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(p, _, crossed)| {
+                *crossed
+                    && p.budget_bytes == budget
+                    && !p.view.is_empty()
+                    && recorded_as(first, p.view.node(0))
+            })
+            .map(|(p, sides, _)| (p.clone(), sides.clone()))
+    }
+
+    /// The plans under `budget`, most recent first.
+    pub(super) fn under(&self, budget: u64) -> Vec<CachedPlan> {
+        self.entries
+            .iter()
+            .rev()
+            .filter(|(p, ..)| p.budget_bytes == budget)
+            .map(|(p, ..)| p.clone())
+            .collect()
+    }
+}
+
+/// The process's plans (NOTE \[plans-across-threads\]).
+pub(super) static SHARED_PLANS: Mutex<SharedPlans> = Mutex::new(SharedPlans {
+    entries: std::collections::VecDeque::new(),
+});
+
+/// Runs `f` on the process's plans.
+pub(super) fn shared_plans<R>(f: impl FnOnce(&mut SharedPlans) -> R) -> R {
+    f(&mut SHARED_PLANS.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// How many plans a thread keeps (a training loop has one graph per step; more cover

@@ -96,6 +96,8 @@ fn view_of(ops: &[Op]) -> GraphView {
 struct Thread {
     session: Option<Session>,
     memory: Memory,
+    /// What the process offers (NOTE [plans-across-threads] in `state.rs`).
+    elsewhere: Option<(planner::CachedPlan, Arc<[Side]>)>,
     nodes: Vec<Arc<Fake>>,
     ids: Vec<NodeId>,
 }
@@ -105,6 +107,7 @@ impl Thread {
         Self {
             session: None,
             memory: Memory::default(),
+            elsewhere: None,
             nodes: Vec::new(),
             ids: Vec::new(),
         }
@@ -170,7 +173,11 @@ impl Thread {
         };
         self.nodes.push(node.clone());
         self.ids.push(id);
-        let actions = session::record(&mut self.session, &mut self.memory, record)?;
+        let elsewhere = self.elsewhere.clone();
+        let actions =
+            session::record(&mut self.session, &mut self.memory, record, &move |_, _| {
+                elsewhere.clone()
+            })?;
         let mut done = Vec::new();
         for action in actions {
             match action {
@@ -507,4 +514,31 @@ fn memory_keeps_side_ops_and_gradients_with_their_graph() {
     // Side ops are forgotten when the graph runs without any.
     memory.ran_last(a, sa, Arc::from([]), false, false, None);
     assert!(memory.sides_of(sa).is_empty());
+}
+
+#[test]
+fn a_thread_that_ran_no_pass_follows_the_process_s_plan_and_one_that_ran_its_own() {
+    let (bytes, budget, ops) = (450, intern(450), chain(24));
+    let view = Arc::new(view_of(&ops));
+    let plan =
+        Memory::default().remember_plan(view.clone(), bytes, planner::plan(&view, bytes).unwrap());
+    // A thread that ran no pass: the process's plan, op for op.
+    let mut fresh = Thread::new();
+    fresh.elsewhere = Some((plan.clone(), Arc::from([])));
+    for &op in &ops {
+        fresh.record(op, budget).unwrap();
+        assert!(fresh.following());
+    }
+    assert_eq!(Some(fresh.held()), held_after_forward(&plan));
+    // A thread that ran a pass of another graph (it starts otherwise): its own memory
+    // decides, and it has nothing for this step, so it runs online.
+    let mut other = chain(24);
+    other[0].name = "cos";
+    let (mut ran, ..) = Thread::after(&other);
+    ran.elsewhere = Some((plan, Arc::from([])));
+    for &op in &ops {
+        ran.record(op, budget).unwrap();
+        assert!(!ran.following());
+        assert!(ran.held_bytes() <= bytes);
+    }
 }

@@ -5,8 +5,9 @@
 //! it turns the op into plain facts, asks the session under its borrow, and carries the
 //! answer out on the nodes after the borrow is released.
 //!
-//! Process-wide, only what reports read from other threads (`state.rs`: the last view and
-//! gradients, the last budget) and the table of budgets by id.
+//! Process-wide (`state.rs`), only what reports read from other threads (the last view and
+//! gradients, the last budget), the table of budgets by id, and the plans offered to threads
+//! that have none (NOTE \[plans-across-threads\]).
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use burn_backend::Backend;
 use burn_backend::tensor::FloatTensor;
 
 use super::session::{self, Apply, InputRead, OpFacts, OpRecord, Session, Upcoming};
-use super::state::{Memory, Side, intern_cached, ran_last_in_process};
+use super::state::{Memory, Side, intern_cached, ran_last_in_process, shared_plans};
 use super::stop::too_small;
 use crate::counters::KeepReason;
 use crate::graph::{BudgetNode, Kept, Node, NodeId, Slot};
@@ -181,6 +182,7 @@ pub(crate) fn on_record<B: Backend>(
             &mut thread.session.borrow_mut(),
             &mut thread.memory.borrow_mut(),
             op,
+            &|first, budget| shared_plans(|plans| plans.starting_with(first, budget)),
         )
     });
     let actions = match answer {
