@@ -338,7 +338,12 @@ pub(super) fn ran_last_in_process(
 //   its budget and starting like the step. Only those: a thread's first step stays online
 //   in a process whose other threads train on their own (each test of a test binary runs
 //   on a thread of its own, and its first step is not another test's plan).
-// A thread's own plans come first: a loop on one thread is not changed by this.
+// A thread's own plans come first: a loop on one thread is not changed by this. What does
+// not cross: side ops (NOTE [side-ops]). The backward thread sees only the nodes its pass
+// claims, so a plan it makes lists none, and a fresh recording thread following it departs
+// at the graph's first side op (Burn's `Lstm` with the loss on its last state, 32 steps at
+// half of K: 688 replays every step, online, where the plan makes 400; after steps of its
+// own on the recording thread, 400).
 
 /// The plans made on any thread, with their views' side ops and whether another thread
 /// than the pass's recorded its ops, most recently used last (NOTE
