@@ -201,14 +201,31 @@ impl Entries {
             planner::grow::push(&mut self.listed, entry);
             return;
         };
+        if view_node(&followed.sides, followed.len).is_ok() {
+            self.push_view_node(entry.fixed_bytes);
+        } else {
+            followed.side_nodes.push(entry);
+            followed.len += 1;
+        }
+    }
+
+    /// Appends the followed view's node at the next position, recorded with `fixed_bytes` of
+    /// constants (the session matched the op with it: NOTE \[followed-facts\] in
+    /// `session.rs`).
+    ///
+    /// # Panics
+    /// When the step follows no plan, or a side op is expected there.
+    pub(super) fn push_view_node(&mut self, fixed_bytes: u64) {
+        self.not_lent();
+        let followed = self
+            .followed
+            .as_mut()
+            .expect("remat internal error: a view node appended to a step that follows none");
         let at = followed.len;
-        match view_node(&followed.sides, at) {
-            Err(_) => followed.side_nodes.push(entry),
-            Ok(v) => {
-                if entry.fixed_bytes != followed.view.node(v).fixed_bytes {
-                    followed.fixed.push((at, entry.fixed_bytes));
-                }
-            }
+        let v = view_node(&followed.sides, at)
+            .expect("remat internal error: a view node appended where a side op is expected");
+        if fixed_bytes != followed.view.node(v).fixed_bytes {
+            followed.fixed.push((at, fixed_bytes));
         }
         followed.len += 1;
     }

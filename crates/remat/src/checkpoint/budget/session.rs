@@ -424,11 +424,12 @@ impl Session {
         Some(keeps)
     }
 
-    /// The planner's forward actions for op `index`, as what to carry out on the nodes.
-    fn to_apply(&self, actions: &[Action], index: u32) -> Vec<Apply> {
+    /// The planner's forward actions for op `index` (session positions), as what to carry
+    /// out on the nodes.
+    fn to_apply(&self, actions: impl IntoIterator<Item = Action>, index: u32) -> Vec<Apply> {
         actions
-            .iter()
-            .filter_map(|action| match *action {
+            .into_iter()
+            .filter_map(|action| match action {
                 Action::Keep(v) if v == index => Some(Apply::KeepOutput),
                 Action::Keep(v) => Some(Apply::KeepInput(self.ids[v as usize])),
                 Action::Free(v) => Some(Apply::Evict(self.handles[v as usize].clone())),
@@ -620,6 +621,18 @@ impl Session {
     }
 }
 
+/// Lists a recorded op's node, id and quietness at the session's next index.
+fn push_handle(session: &mut Session, handle: Weak<dyn BudgetNode>, id: NodeId, quiet: bool) {
+    // NOTE [gentle-growth] in `planner/grow.rs`.
+    grow::push(&mut session.handles, handle);
+    debug_assert!(
+        session.ids.last().is_none_or(|&last| last < id),
+        "remat internal error: a session's ops are recorded in the order of their ids"
+    );
+    grow::push(&mut session.ids, id);
+    grow::push(&mut session.quiet, quiet);
+}
+
 /// The process's plan under a budget whose view starts like an op, with its side ops (NOTE
 /// \[plans-across-threads\] in `state.rs`).
 pub(super) type PlansElsewhere<'a> =
@@ -681,10 +694,53 @@ pub(super) fn record(
             return Err((budget, error));
         }
     }
+    let index = session.nodes.len() as u32;
+    let forced = (in_region && replayable).then_some(planner::Forced::Recompute);
+    // NOTE [followed-facts]: following a plan, an op recorded where the view has its next
+    // node is matched with that node from its facts, as `Follow::actions` matches its entry,
+    // and answered from the plan's actions, without making the entry, which the followed
+    // entries drop anyway (NOTE [followed-entries] in `entries.rs`): two lists and a node
+    // an op less on the per-op path of every planned step.
+    let fast = session
+        .follow
+        .as_ref()
+        .filter(|_| !session.depart)
+        .and_then(|follow| {
+            let v = follow.view_node(index).ok()?;
+            let node = follow.plan.view.nodes().get(v as usize)?;
+            // The op's list (positions of the session's producers, then `own`) is the
+            // node's (view indices).
+            let same = |ids: &[NodeId], own: Option<u32>, theirs: &[u32]| {
+                let mut ours = ids.iter().filter_map(|&id| session.position(id)).chain(own);
+                theirs
+                    .iter()
+                    .all(|&w| ours.next().is_some_and(|u| follow.view_node(u) == Ok(w)))
+                    && ours.next().is_none()
+            };
+            let matches = name == node.name
+                && bytes == node.bytes
+                && replayable == node.replayable
+                && fixed_bytes <= node.fixed_bytes
+                && forced == node.forced
+                && same(&inputs, None, &node.inputs)
+                && same(&step_reads, reads_output.then_some(index), &node.step_reads);
+            if !matches {
+                return None;
+            }
+            follow.plan.index.forward(v as usize)
+        });
+    if let Some(range) = fast {
+        session.nodes.push_view_node(fixed_bytes);
+        push_handle(session, handle, id, quiet);
+        let follow = session.follow.as_ref().expect("the step follows its plan");
+        let actions = follow.plan.schedule.actions()[range]
+            .iter()
+            .map(|a| a.with_node(follow.position(a.node())));
+        return Ok(session.to_apply(actions, index));
+    }
     let map = |ids: &[NodeId]| -> Vec<u32> {
         ids.iter().filter_map(|&id| session.position(id)).collect()
     };
-    let index = session.nodes.len() as u32;
     let mut reads = map(&step_reads);
     if reads_output {
         reads.push(index);
@@ -694,7 +750,7 @@ pub(super) fn record(
         .step_reads(reads)
         .replayable(replayable)
         .fixed_bytes(fixed_bytes)
-        .forced((in_region && replayable).then_some(planner::Forced::Recompute));
+        .forced(forced);
     if index == 0 && session.follow.is_none() {
         // A new step: follow a plan from its first op, if there is one (NOTE [plan-ahead],
         // [next-graph] in `state.rs`).
@@ -735,22 +791,15 @@ pub(super) fn record(
         session.nodes.push(entry.clone());
         Some(entry)
     };
-    // NOTE [gentle-growth] in `planner/grow.rs`.
-    grow::push(&mut session.handles, handle);
-    debug_assert!(
-        session.ids.last().is_none_or(|&last| last < id),
-        "remat internal error: a session's ops are recorded in the order of their ids"
-    );
-    grow::push(&mut session.ids, id);
-    grow::push(&mut session.quiet, quiet);
+    push_handle(session, handle, id, quiet);
     if let Some(actions) = planned {
-        return Ok(session.to_apply(&actions, index));
+        return Ok(session.to_apply(actions, index));
     }
     let entry = online.expect("an op the plan does not cover is planned online");
     match session.dtr.on_compute_forgetting(entry) {
         Ok(actions) => {
             let actions = actions.to_vec();
-            Ok(session.to_apply(&actions, index))
+            Ok(session.to_apply(actions, index))
         }
         Err(error) => {
             // Graphs that died (dropped without backward) may still be counted: forget them
