@@ -30,12 +30,15 @@ use crate::planner::{self, Action, BackwardPlan, GraphView, ScheduleIndex};
 /// The budget of a backward pass: the smallest of the budgets its nodes were recorded
 /// under; `None` when no node was recorded under one.
 pub(crate) fn pass_budget(order: &[Arc<dyn GraphNode>]) -> Option<u64> {
-    order
-        .iter()
-        .map(|n| n.budget())
-        .filter(|&b| b != 0)
-        .map(bytes_of)
-        .min()
+    // The distinct ids first: a pass has one or two, and each lookup locks the table.
+    let mut ids: SmallVec<[u32; 2]> = SmallVec::new();
+    for node in order {
+        let id = node.budget();
+        if id != 0 && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids.into_iter().map(bytes_of).min()
 }
 
 /// Replaces each measured op time by the mean over the ops of the same name and output size:
