@@ -815,6 +815,39 @@ mod tests {
         assert_eq!(again, costs);
     }
 
+    /// NOTE [plans-across-threads]: a view built from descriptions is the recording
+    /// thread's graph when only costs and the unread loss's size differ; any other
+    /// difference, in a value something reads, is another graph.
+    #[test]
+    fn same_graph_ignores_costs_and_the_unread_loss_s_size_only() {
+        let nodes = |loss_bytes, loss_replayable, b_bytes| {
+            vec![
+                planner::Node::new("a", 8, 1.0),
+                planner::Node::new("b", b_bytes, 2.0)
+                    .inputs([0])
+                    .step_reads([0]),
+                planner::Node::new("sum", loss_bytes, 3.0)
+                    .inputs([1])
+                    .replayable(loss_replayable),
+            ]
+        };
+        let view = |n| GraphView::new(n).unwrap();
+        let recorded = view(nodes(4, true, 8));
+        let mut costs = nodes(4, true, 8);
+        costs.iter_mut().for_each(|n| n.cost *= 3.0);
+        assert!(same_graph(&recorded, &view(costs)));
+        assert!(same_graph(&recorded, &view(nodes(0, false, 8))));
+        // A value a step reads, sized otherwise: another graph.
+        assert!(!same_graph(&recorded, &view(nodes(4, true, 16))));
+        // Another op where the loss was, or one node more: another graph.
+        let mut renamed = nodes(4, true, 8);
+        renamed[2].name = "mean";
+        assert!(!same_graph(&recorded, &view(renamed)));
+        let mut longer = nodes(4, true, 8);
+        longer.push(planner::Node::new("c", 8, 1.0).inputs([2]));
+        assert!(!same_graph(&recorded, &view(longer)));
+    }
+
     /// NOTE [split-sides]: a session `a, s1, b, s2, c` with side ops `s1` (reading `a`) and
     /// `s2` (reading `s1` and `b`): the pass takes `a, b, c` renumbered, in place, and the
     /// session keeps the side ops' nodes, read at their positions beside the view.
