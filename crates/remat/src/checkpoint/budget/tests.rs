@@ -542,3 +542,42 @@ fn a_thread_that_ran_no_pass_follows_the_process_s_plan_and_one_that_ran_its_own
         assert!(ran.held_bytes() <= bytes);
     }
 }
+
+#[test]
+fn the_process_s_plans_replace_their_own_graph_and_offer_fresh_threads_only_crossed_ones() {
+    use super::state::SharedPlans;
+    let (a, _, b, _) = two_graphs();
+    let first = a.nodes()[0].clone();
+    let plan_of = |view: &Arc<GraphView>, budget| {
+        Memory::default().remember_plan(view.clone(), budget, planner::plan(view, budget).unwrap())
+    };
+    let mut shared = SharedPlans::default();
+    // A plan made where its ops were recorded is not offered to fresh threads.
+    shared.offer(plan_of(&a, 600), Arc::from([]), false);
+    assert!(shared.starting_with(&first, 600).is_none());
+    assert_eq!(shared.under(600).len(), 1);
+    // The same graph and budget again, its pass on another thread: replaced, and offered.
+    shared.offer(plan_of(&a, 600), Arc::from([]), true);
+    assert_eq!(shared.under(600).len(), 1);
+    let (plan, sides) = shared.starting_with(&first, 600).unwrap();
+    assert_eq!(plan.signature, planner::signature(&a));
+    assert!(sides.is_empty());
+    // Under another budget, or starting otherwise: none.
+    assert!(shared.starting_with(&first, 700).is_none());
+    assert!(
+        shared
+            .starting_with(&planner::Node::new("cos", 100, 1.0), 600)
+            .is_none()
+    );
+    // The most recent first; at most as many as a thread keeps.
+    shared.offer(plan_of(&b, 600), Arc::from([]), true);
+    assert_eq!(
+        shared.starting_with(&first, 600).unwrap().0.signature,
+        planner::signature(&b)
+    );
+    for budget in 1000..1040 {
+        shared.offer(plan_of(&a, budget), Arc::from([]), false);
+    }
+    let kept: usize = (0..2000).map(|budget| shared.under(budget).len()).sum();
+    assert_eq!(kept, 16);
+}
