@@ -46,7 +46,6 @@ impl Exec<'_> {
             return Ok(Vec::new());
         }
         let deficit = total - self.knobs.budget;
-        let mut scored: Vec<Scored> = Vec::new();
         let n = self.acct.candidates.len();
         let (start, len) = if n <= SCAN_LIMIT {
             (0, n)
@@ -54,6 +53,10 @@ impl Exec<'_> {
             self.acct.scan_offset = (self.acct.scan_offset + SCAN_LIMIT) % n;
             (self.acct.scan_offset, SCAN_LIMIT)
         };
+        // Sized once: grown by doubling it was five allocations a call at a tight budget,
+        // where a call comes at nearly every op.
+        let mut scored: Vec<Scored> =
+            Vec::with_capacity(len + usize::from(newcomer.is_some()) + consumable.len());
         for k in 0..len {
             let v = self.acct.candidates[(start + k) % n];
             // Online, a forward pass has no sweep state (`Exec::grow_sweep`).
