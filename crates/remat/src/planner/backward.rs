@@ -29,7 +29,7 @@
 
 use std::ops::Range;
 
-use super::resume::{chain_resume, replay_plan};
+use super::resume::{chain_resume, replay_plan, replay_plan_keeping};
 use super::rotor::LONG_CHAIN;
 use super::{Action, Dtr, Error, GraphView, Node, Schedule, grow, revolve, smallest_budget};
 
@@ -149,6 +149,9 @@ fn online_within(
 /// the planner plans from there, so that the engine frees those values before the lean
 /// plans are made beside them; the plan returned then holds only the others.
 ///
+/// `planned` is set to the whole-step plan of `view` under `budget` where one was made on
+/// the way (NOTE \[first-step-plan\]).
+///
 /// # Errors
 /// [`Error::Infeasible`] when no plan fits, even from the lean state: its
 /// `min_budget_bytes` is the smallest budget with which this function plans from the lean
@@ -161,6 +164,7 @@ pub(crate) fn plan_backward(
     made: Option<OnlineSteps>,
     rebuildable: impl Fn(u32) -> bool,
     mut drop: impl FnMut(u32),
+    planned: &mut Option<Schedule>,
 ) -> Result<BackwardPlan, Error> {
     if let Ok(plan) = online(view, held, budget, made) {
         return Ok(plan);
@@ -176,7 +180,7 @@ pub(crate) fn plan_backward(
             pinned.push(v);
         }
     }
-    if let Some(plan) = lean(view, &pinned, budget) {
+    if let Some(plan) = lean(view, &pinned, budget, planned) {
         return Ok(plan);
     }
     Err(Error::Infeasible {
@@ -186,6 +190,15 @@ pub(crate) fn plan_backward(
     })
 }
 
+/// NOTE [first-step-plan]: a graph's first step under a budget (online, NOTE
+/// \[forward-overflow\] in `checkpoint/budget/session.rs`) plans its pass from the lean
+/// state here, where the whole-step plan replayed (NOTE \[replay-plan\] in `resume.rs`)
+/// makes `plan(view, budget)`; after the pass the engine made the same plan again for the
+/// next steps. On Burn's `Lstm` at a tenth of K (128 steps) that second plan was a fifth of
+/// the first step's time. The plan made here is handed back (`planned`), and the engine
+/// caches it when the view it planned is the one the pass ran (no replay was timed since)
+/// under the same budget.
+///
 /// NOTE [online-first]: the pass runs in the step it plans for, beside every value the
 /// forward pass kept, so what the planner holds while it weighs the ways of resuming is part
 /// of the step's peak (NOTE \[planner-memory\] in `rotor/solve.rs`). Online eviction and
@@ -270,7 +283,12 @@ fn online(
 /// budget does not grow with the chain's length, the online eviction's does), the whole-step
 /// plan run once more (NOTE \[replay-plan\] in `resume.rs`), and online eviction, abandoned
 /// once it replays more. `None` when none fits.
-fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
+fn lean(
+    view: &GraphView,
+    pinned: &[u32],
+    budget: u64,
+    planned: &mut Option<Schedule>,
+) -> Option<BackwardPlan> {
     // On a short view the others' planning is small: online eviction goes last, as it
     // does in [`online`].
     let enough = online_enough(view);
@@ -283,7 +301,7 @@ fn lean(view: &GraphView, pinned: &[u32], budget: u64) -> Option<BackwardPlan> {
     }
     let planned = [
         chain_resume(view, pinned, budget),
-        replay_plan(view, pinned, budget),
+        replay_plan_keeping(view, pinned, budget, planned),
     ]
     .into_iter()
     .flatten()

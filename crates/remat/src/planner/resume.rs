@@ -53,6 +53,18 @@ pub(crate) fn chain_resume(view: &GraphView, held: &[u32], budget: u64) -> Optio
 /// fits). Returns the schedule and its replay cost; `None` when the view does not plan
 /// within `budget` or the rev form does not fit.
 pub(crate) fn replay_plan(view: &GraphView, held: &[u32], budget: u64) -> Option<(Schedule, f64)> {
+    replay_plan_keeping(view, held, budget, &mut None)
+}
+
+/// [`replay_plan`], with `planned` set to the view's whole-step plan under `budget` where
+/// it makes one ([`plan`] of `view` at `budget`: the plan the engine makes for the next
+/// steps after the pass, NOTE \[first-step-plan\] in `backward.rs`).
+pub(crate) fn replay_plan_keeping(
+    view: &GraphView,
+    held: &[u32],
+    budget: u64,
+    planned: &mut Option<Schedule>,
+) -> Option<(Schedule, f64)> {
     if view.is_empty() || !view.nodes().iter().all(rebuildable) {
         return None;
     }
@@ -65,6 +77,9 @@ pub(crate) fn replay_plan(view: &GraphView, held: &[u32], budget: u64) -> Option
     let mut within = budget;
     for _ in 0..4 {
         let plan = plan(view, within).ok()?;
+        if within == budget {
+            *planned = Some(plan.clone());
+        }
         let schedule = replayed(view, &held, Inner::new(view, plan)?);
         let outcome = simulate(view, &schedule, u64::MAX).ok()?;
         if outcome.peak_bytes <= budget {

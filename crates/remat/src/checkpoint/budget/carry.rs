@@ -167,7 +167,8 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         // of the pass's nodes are freed first (NOTE [pass-compaction] in `pass.rs`).
         compact_thread_session(true);
     }
-    let view = if cost::replay_samples() == pending.samples {
+    let unchanged = cost::replay_samples() == pending.samples;
+    let view = if unchanged {
         pending.view
     } else {
         let mut nodes = pending.view.nodes().to_vec();
@@ -175,10 +176,18 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         GraphView::with_step_order(nodes, pending.view.step_order().to_vec())
             .map_or(pending.view, Arc::new)
     };
+    // NOTE [first-step-plan] in `planner/backward.rs`: the pass's own plan of this view.
+    let made = pending.next_plan.filter(|_| unchanged);
+    debug_assert!(
+        made.as_ref()
+            .is_none_or(|made| planner::plan(&view, pending.budget)
+                .is_ok_and(|again| again.actions() == made.actions())),
+        "remat internal error: a pass's plan of its view is not the planner's"
+    );
     if completed
         && pending.plan
         && !pending.side_read
-        && let Ok(schedule) = planner::plan(&view, pending.budget)
+        && let Some(schedule) = made.map_or_else(|| planner::plan(&view, pending.budget).ok(), Some)
     {
         let plan = with_thread(|thread| {
             thread

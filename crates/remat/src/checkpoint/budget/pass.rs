@@ -536,6 +536,8 @@ pub(crate) fn plan_pass(
     // Otherwise the planner chooses from the state the forward pass left, or from the lean
     // state, whose rebuildable values are dropped here as it asks (before it plans from
     // there).
+    // NOTE [first-step-plan] in `planner/backward.rs`.
+    let mut next_plan = None;
     let per_node = followed.unwrap_or_else(|| {
         let planned = planner::plan_backward(
             &view,
@@ -544,6 +546,7 @@ pub(crate) fn plan_pass(
             within_outside,
             |v| entries[by_id[v as usize]].replayable,
             |v| held_bytes -= order[entries[by_id[v as usize]].pos].scheduled_free(),
+            &mut next_plan,
         );
         match planned {
             Ok(BackwardPlan::Online(steps)) => step_chunks(steps, &entries, order.len()),
@@ -600,6 +603,8 @@ pub(crate) fn plan_pass(
         side_read,
         grads: None,
         recorded_elsewhere: !recorded_here,
+        // Made under the whole budget (no other graph held part of it).
+        next_plan: next_plan.filter(|_| budget == full_budget),
     };
     (per_node, held_bytes, budget, pending)
 }
@@ -660,6 +665,10 @@ pub(crate) struct Pending {
     /// Another thread recorded the pass's ops (NOTE \[plans-across-threads\] in
     /// `state.rs`).
     pub(super) recorded_elsewhere: bool,
+    /// The plan of `view` under `budget` the pass made on its way (NOTE
+    /// \[first-step-plan\] in `planner/backward.rs`), cached for the next steps in place of
+    /// making it again when the view is unchanged.
+    pub(super) next_plan: Option<planner::Schedule>,
 }
 
 // NOTE [shared-chunks]: a pass carried out a copy of its actions cut per node (a vector

@@ -1,6 +1,8 @@
 //! NOTE \[pin-release\] (below, on [`Exec::try_release`]): a held value that cannot be
 //! rebuilt is dropped once only values held can need it, and those are pinned in its place.
 
+use smallvec::SmallVec;
+
 use super::{Exec, ReleasePlan};
 use crate::planner::simulate::for_each_distinct;
 use crate::planner::{Action, Forced};
@@ -195,8 +197,10 @@ impl Exec<'_> {
     /// [`Exec::release_above`] with [`Exec::release_assuming`]'s `assume` = `v`, when `v`
     /// is about to be kept: returns whether `v` ended up pinned (it must then be kept).
     pub(super) fn release_above_assuming(&mut self, v: u32, assume: Option<u32>) -> bool {
-        let mut stack: Vec<u32> = self.graph.nodes.get(v as usize).inputs.to_vec();
-        let mut seen: Vec<u32> = Vec::new();
+        // In place up to a usual walk: this runs at nearly every op at a tight budget.
+        let mut stack: SmallVec<[u32; 8]> =
+            SmallVec::from_slice(self.graph.nodes.get(v as usize).inputs);
+        let mut seen: SmallVec<[u32; 16]> = SmallVec::new();
         while let Some(x) = stack.pop() {
             if seen.contains(&x) || seen.len() >= RELEASE_WALK {
                 continue;

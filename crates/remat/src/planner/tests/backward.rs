@@ -44,6 +44,7 @@ fn planned(
         made,
         |v| view.node(v).replayable,
         |v| dropped.push(v),
+        &mut None,
     );
     (plan, dropped)
 }
@@ -189,7 +190,15 @@ fn a_budget_too_small_for_what_cannot_be_dropped_is_found_by_bisection() {
     let held = every(20, 5);
     let plan_at = |budget: u64| {
         let mut dropped = Vec::new();
-        let plan = plan_backward(&view, &held, budget, None, |_| false, |v| dropped.push(v));
+        let plan = plan_backward(
+            &view,
+            &held,
+            budget,
+            None,
+            |_| false,
+            |v| dropped.push(v),
+            &mut None,
+        );
         assert!(dropped.is_empty(), "nothing is dropped: {dropped:?}");
         plan
     };
