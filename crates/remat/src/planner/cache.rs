@@ -115,23 +115,13 @@ pub fn same_structure(a: &Node, b: &Node) -> bool {
 /// charges a shared constant to the holder that steps last: NOTE \[shared-release\] in
 /// `checkpoint/budget/pass.rs`).
 pub fn recorded_as(recorded: &Node, node: &Node) -> bool {
-    recorded_as_renumbered(recorded, node, |ours, theirs| ours == theirs)
-}
-
-/// [`recorded_as`], the recorded op's node lists compared with the view's by `same` (an
-/// engine whose recorded ops are numbered otherwise than the view's nodes).
-pub(crate) fn recorded_as_renumbered(
-    recorded: &Node,
-    node: &Node,
-    same: impl Fn(&[u32], &[u32]) -> bool,
-) -> bool {
     recorded.name == node.name
         && recorded.bytes == node.bytes
         && recorded.replayable == node.replayable
         && recorded.fixed_bytes <= node.fixed_bytes
         && recorded.forced == node.forced
-        && same(&recorded.inputs, &node.inputs)
-        && same(&recorded.step_reads, &node.step_reads)
+        && recorded.inputs == node.inputs
+        && recorded.step_reads == node.step_reads
 }
 
 /// A cached plan: the view it was made for and its schedule.

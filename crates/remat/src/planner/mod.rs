@@ -115,7 +115,6 @@ mod tests;
 
 pub(crate) use backward::{BackwardPlan, OnlineSteps, online_steps, plan_backward};
 pub use bound::recompute_lower_bound;
-pub(crate) use cache::recorded_as_renumbered;
 pub use cache::{CachedPlan, PlanCache, SignatureHasher, recorded_as, same_structure, signature};
 pub use decisions::from_decisions;
 pub use dtr::Dtr;

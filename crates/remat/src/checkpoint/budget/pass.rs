@@ -269,8 +269,7 @@ pub(crate) fn plan_pass(
     // its plan at its last op (and listed every entry again for the online planner).
     let recorded = |id: NodeId| -> Option<(f64, u64)> {
         with_thread(|thread| {
-            let cell = &thread.session;
-            let cell = cell.borrow();
+            let cell = thread.session.borrow();
             let session = cell.as_ref()?;
             let i = session.position(id)? as usize;
             Some((session.nodes.cost(i), session.nodes.bytes(i)))
@@ -311,8 +310,7 @@ pub(crate) fn plan_pass(
     // NOTE [split-sides]: the side ops' nodes, where the pass took the session's list.
     let mut split = None;
     let (session_view, follow, sides, side_read, recorded_here) = with_thread(|thread| {
-        let cell = &thread.session;
-        let mut cell = cell.borrow_mut();
+        let mut cell = thread.session.borrow_mut();
         let Some(session) = cell.as_mut() else {
             return (None, None, Arc::from([]), false, false);
         };
@@ -384,7 +382,7 @@ pub(crate) fn plan_pass(
     let mut backends = order.iter().map(|n| n.backend());
     let first = backends.next();
     let backend = first.filter(|&b| backends.all(|other| other == b));
-    let view: Arc<GraphView> = match session_view {
+    let mut view: Arc<GraphView> = match session_view {
         Some(Ok(view)) => view,
         described => {
             let describe = |e: &Facts| {
@@ -441,26 +439,14 @@ pub(crate) fn plan_pass(
     };
     if let Some(side_nodes) = split {
         with_thread(|thread| {
-            let cell = &thread.session;
-            if let Some(session) = cell.borrow_mut().as_mut() {
+            if let Some(session) = thread.session.borrow_mut().as_mut() {
                 session.nodes = Entries::after_pass(view.clone(), sides.clone(), side_nodes);
             }
         });
     }
-    let nodes = view.nodes();
     // Held values that no step and no replay of this pass reads (kept for a graph that was
     // dropped, say) are dropped now, as every pass drops unneeded backups.
-    let mut read = vec![false; nodes.len()];
-    for node in nodes {
-        for &v in &node.step_reads {
-            read[v as usize] = true;
-        }
-        if node.replayable {
-            for &v in &node.inputs {
-                read[v as usize] = true;
-            }
-        }
-    }
+    let read = read_in_pass(&view);
     held.retain(|&v| {
         if read[v as usize] {
             return true;
@@ -496,34 +482,33 @@ pub(crate) fn plan_pass(
     // A step that followed its plan to the end has the plan's view (NOTE [followed-view]),
     // and so its signature: hashing a view of 37,900 ops twice a step (here and in
     // `ran_last`) was 2% of a followed step of Burn's `Lstm` over 1,024 steps.
-    let signature = match &follow {
+    let mut signature = match &follow {
         Some(f) if Arc::ptr_eq(&f.plan.view, &view) => f.plan.signature,
         _ => planner::signature(&view),
     };
     // NOTE [plans-across-threads] in `state.rs`: ops recorded on another thread may have
     // followed one of the process's plans of this graph (a view built from other op costs,
-    // so matched by structure): the one whose forward part leaves what is held.
-    let shared = follow.is_none() && !recorded_here;
-    let follow = follow.or_else(|| {
-        if !shared {
-            return None;
-        }
-        shared_plans(|plans| plans.under(full_budget))
+    // so matched by structure): the one whose forward part leaves what is held. Its view is
+    // the pass's from then on: shared with the plan, not the copy built here.
+    let mut follow = follow;
+    if follow.is_none() && !recorded_here && outside == 0 {
+        follow = shared_plans(|plans| plans.under(full_budget))
             .into_iter()
-            .filter(|plan| same_graph(&plan.view, &view))
+            .filter(|plan| same_graph(&plan.view, &view, &read))
             .map(|plan| Follow {
                 plan,
                 sides: Arc::from([]),
             })
-            .find(|f| f.applies(f.plan.signature, full_budget, &held))
-    });
+            .find(|f| f.applies(f.plan.signature, full_budget, &held));
+        if let Some(f) = &follow {
+            view = f.plan.view.clone();
+            signature = f.plan.signature;
+        }
+    }
     // Planned mode: the step followed a cached plan for this very graph through its forward
     // pass, and holds what the plan holds: carry out the plan's backward.
     let followed = follow
-        .filter(|f| {
-            let of = if shared { f.plan.signature } else { signature };
-            outside == 0 && f.applies(of, full_budget, &held)
-        })
+        .filter(|f| outside == 0 && f.applies(signature, full_budget, &held))
         .map(|f| {
             backward_chunks(
                 f.plan.schedule.clone(),
@@ -609,25 +594,30 @@ pub(crate) fn plan_pass(
     (per_node, held_bytes, budget, pending)
 }
 
-/// Whether two views are the same graph, their op costs aside: the same nodes in the same
-/// step order. A value nothing reads (the loss) is compared by its op and inputs only: a
-/// pass built from descriptions sizes it 0 bytes and not replayable, where the recording
-/// session has its size (NOTE \[recorded-size\]).
-fn same_graph(a: &GraphView, b: &GraphView) -> bool {
-    if a.len() != b.len() || a.step_order() != b.step_order() {
-        return false;
-    }
-    let mut read = vec![false; b.len()];
-    for node in b.nodes() {
+/// Which of `view`'s values a step or a replay of the pass reads.
+fn read_in_pass(view: &GraphView) -> Vec<bool> {
+    let mut read = vec![false; view.len()];
+    for node in view.nodes() {
         let replay: &[u32] = if node.replayable { &node.inputs } else { &[] };
         for &v in node.step_reads.iter().chain(replay) {
             read[v as usize] = true;
         }
     }
+    read
+}
+
+/// Whether two views are the same graph, their op costs aside: the same nodes in the same
+/// step order. A value nothing reads in `b` (`read`: [`read_in_pass`] of `b`; the loss) is
+/// compared by its op and inputs only: a pass built from descriptions sizes it 0 bytes and
+/// not replayable, where the recording session has its size (NOTE \[recorded-size\]).
+fn same_graph(a: &GraphView, b: &GraphView, read: &[bool]) -> bool {
+    if a.len() != b.len() || a.step_order() != b.step_order() {
+        return false;
+    }
     a.nodes()
         .iter()
         .zip(b.nodes())
-        .zip(&read)
+        .zip(read)
         .all(|((x, y), &read)| {
             if read {
                 planner::same_structure(x, y)
@@ -764,8 +754,7 @@ fn step_chunks(steps: planner::OnlineSteps, entries: &[Facts], len: usize) -> Ch
 /// stepped. With `evict`, the values among them that can be rebuilt are dropped first.
 fn outside_bytes(in_pass: impl Fn(&NodeId) -> bool, evict: bool) -> u64 {
     let outside: Vec<(Arc<dyn BudgetNode>, u64, u64, bool)> = with_thread(|thread| {
-        let cell = &thread.session;
-        let cell = cell.borrow();
+        let cell = thread.session.borrow();
         let Some(session) = cell.as_ref() else {
             return Vec::new();
         };
@@ -842,6 +831,7 @@ mod tests {
         };
         let view = |n| GraphView::new(n).unwrap();
         let recorded = view(nodes(4, true, 8));
+        let same_graph = |a: &GraphView, b: &GraphView| same_graph(a, b, &read_in_pass(b));
         let mut costs = nodes(4, true, 8);
         costs.iter_mut().for_each(|n| n.cost *= 3.0);
         assert!(same_graph(&recorded, &view(costs)));

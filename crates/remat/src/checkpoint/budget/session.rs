@@ -21,7 +21,7 @@ use super::entries::{Entries, position, view_node};
 use super::state::{LAST_BUDGET, Memory, Side, bytes_of};
 use super::stop::need_of;
 use crate::graph::{BudgetNode, NodeId};
-use crate::planner::{self, Action, CachedPlan, Dtr, grow, recorded_as};
+use crate::planner::{self, Action, CachedPlan, Dtr, grow};
 
 /// A cached plan the thread's current step follows while its ops match the plan's view and
 /// the view's side ops (NOTE \[side-ops\] in `state.rs`).
@@ -49,47 +49,18 @@ impl Follow {
         position(&self.sides, v)
     }
 
-    /// Whether `entry`, recorded at session position `at`, is the view's node `v` (its
-    /// inputs renumbered past the side ops; [`recorded_as`]).
-    fn matches(&self, entry: &planner::Node, v: u32) -> bool {
-        let node = self.plan.view.node(v);
-        if self.sides.is_empty() {
-            return recorded_as(entry, node);
-        }
-        planner::recorded_as_renumbered(entry, node, |ours, theirs| {
-            ours.len() == theirs.len()
-                && ours
-                    .iter()
-                    .zip(theirs)
-                    .all(|(&u, &w)| self.view_node(u) == Ok(w))
-        })
-    }
-
-    /// The plan's forward actions for `entry`, recorded at session position `at`, in session
-    /// positions (none for an expected side op), or `None` when the step departs here.
-    fn actions(&self, entry: &planner::Node, at: u32) -> Option<Vec<Action>> {
-        match self.view_node(at) {
-            Err(k) => {
-                // A side op holds nothing the plan does not know of: no constants, and no
-                // value that cannot be rebuilt unless nothing reads it.
-                let side = &self.sides[k];
-                let holds_nothing = entry.fixed_bytes == 0 && (entry.replayable || side.free);
-                (side.name == entry.name && side.bytes == entry.bytes && holds_nothing)
-                    .then(Vec::new)
-            }
-            Ok(v) => {
-                if v as usize >= self.plan.view.len() || !self.matches(entry, v) {
-                    return None;
-                }
-                let range = self.plan.index.forward(v as usize)?;
-                Some(
-                    self.plan.schedule.actions()[range]
-                        .iter()
-                        .map(|a| a.with_node(self.position(a.node())))
-                        .collect(),
-                )
-            }
-        }
+    /// Whether the op `entry`, recorded at session position `at`, is the side op the view
+    /// expects there (NOTE \[side-ops\] in `state.rs`): it gets no actions. The view's own
+    /// nodes are matched from the op's facts in [`record`] (NOTE \[followed-facts\]).
+    fn expects_side_op(&self, entry: &planner::Node, at: u32) -> bool {
+        let Err(k) = self.view_node(at) else {
+            return false;
+        };
+        // A side op holds nothing the plan does not know of: no constants, and no value
+        // that cannot be rebuilt unless nothing reads it.
+        let side = &self.sides[k];
+        let holds_nothing = entry.fixed_bytes == 0 && (entry.replayable || side.free);
+        side.name == entry.name && side.bytes == entry.bytes && holds_nothing
     }
 }
 
@@ -696,15 +667,50 @@ pub(super) fn record(
     }
     let index = session.nodes.len() as u32;
     let forced = (in_region && replayable).then_some(planner::Forced::Recompute);
+    // The planner's node of the op: its producers as session positions.
+    let entry_of = |session: &Session| {
+        let map = |ids: &[NodeId]| -> Vec<u32> {
+            ids.iter().filter_map(|&id| session.position(id)).collect()
+        };
+        let mut reads = map(&step_reads);
+        if reads_output {
+            reads.push(index);
+        }
+        planner::Node::new(name, bytes, cost_ns)
+            .inputs(map(&inputs))
+            .step_reads(reads)
+            .replayable(replayable)
+            .fixed_bytes(fixed_bytes)
+            .forced(forced)
+    };
+    if index == 0 && session.follow.is_none() {
+        // A new step: follow a plan from its first op, if there is one (NOTE [plan-ahead],
+        // [next-graph] in `state.rs`).
+        let first = entry_of(session);
+        session.follow = match memory.plan_to_follow(&first, session.budget) {
+            Some(plan) => Some(Follow::new(plan, memory)),
+            None if !memory.has_run() => {
+                elsewhere(&first, session.budget).map(|(plan, sides)| Follow { plan, sides })
+            }
+            None => None,
+        };
+        if let Some(follow) = &session.follow {
+            session
+                .nodes
+                .follow(follow.plan.view.clone(), follow.sides.clone());
+        }
+    }
     // NOTE [followed-facts]: following a plan, an op recorded where the view has its next
-    // node is matched with that node from its facts, as `Follow::actions` matches its entry,
-    // and answered from the plan's actions, without making the entry, which the followed
-    // entries drop anyway (NOTE [followed-entries] in `entries.rs`): two lists and a node
-    // an op less on the per-op path of every planned step.
+    // node is matched with that node from its facts (as `recorded_as` matches a node: the
+    // same structure, its constants at most the view's, its lists renumbered past the side
+    // ops) and answered from the plan's actions, without making its planner node, which
+    // the followed entries drop anyway (NOTE [followed-entries] in `entries.rs`): two lists
+    // and a node an op less on the per-op path of every planned step.
+    let depart = std::mem::take(&mut session.depart);
     let fast = session
         .follow
         .as_ref()
-        .filter(|_| !session.depart)
+        .filter(|_| !depart)
         .and_then(|follow| {
             let v = follow.view_node(index).ok()?;
             let node = follow.plan.view.nodes().get(v as usize)?;
@@ -738,42 +744,13 @@ pub(super) fn record(
             .map(|a| a.with_node(follow.position(a.node())));
         return Ok(session.to_apply(actions, index));
     }
-    let map = |ids: &[NodeId]| -> Vec<u32> {
-        ids.iter().filter_map(|&id| session.position(id)).collect()
-    };
-    let mut reads = map(&step_reads);
-    if reads_output {
-        reads.push(index);
-    }
-    let entry = planner::Node::new(name, bytes, cost_ns)
-        .inputs(map(&inputs))
-        .step_reads(reads)
-        .replayable(replayable)
-        .fixed_bytes(fixed_bytes)
-        .forced(forced);
-    if index == 0 && session.follow.is_none() {
-        // A new step: follow a plan from its first op, if there is one (NOTE [plan-ahead],
-        // [next-graph] in `state.rs`).
-        session.follow = match memory.plan_to_follow(&entry, session.budget) {
-            Some(plan) => Some(Follow::new(plan, memory)),
-            None if !memory.has_run() => {
-                elsewhere(&entry, session.budget).map(|(plan, sides)| Follow { plan, sides })
-            }
-            None => None,
-        };
-        if let Some(follow) = &session.follow {
-            session
-                .nodes
-                .follow(follow.plan.view.clone(), follow.sides.clone());
-        }
-    }
-    let depart = std::mem::take(&mut session.depart);
-    let planned = session
+    let entry = entry_of(session);
+    let side = session
         .follow
         .as_ref()
         .filter(|_| !depart)
-        .and_then(|follow| follow.actions(&entry, index));
-    if planned.is_none() && session.follow.take().is_some() && index > 0 {
+        .is_some_and(|follow| follow.expects_side_op(&entry, index));
+    if !side && session.follow.take().is_some() && index > 0 {
         // The step departs from the plan: online from here, from the state the plan left
         // (over the budget if it holds more: NOTE [forward-overflow]).
         let held = session.held_now();
@@ -781,7 +758,7 @@ pub(super) fn record(
     }
     let replayable = entry.replayable;
     // NOTE [lent-entries] in `entries.rs`: online, the planner holds the entry.
-    let online = if planned.is_some() {
+    let online = if side {
         session.nodes.push(entry);
         None
     } else if session.nodes.lendable() && session.dtr.recorded() == session.nodes.len() {
@@ -792,8 +769,8 @@ pub(super) fn record(
         Some(entry)
     };
     push_handle(session, handle, id, quiet);
-    if let Some(actions) = planned {
-        return Ok(session.to_apply(actions, index));
+    if side {
+        return Ok(Vec::new());
     }
     let entry = online.expect("an op the plan does not cover is planned online");
     match session.dtr.on_compute_forgetting(entry) {

@@ -201,13 +201,7 @@ impl Memory {
         grads: Option<Arc<GradProfile>>,
     ) {
         debug_assert_eq!(signature, planner::signature(&view), "remat internal error");
-        match grads {
-            Some(grads) => self.grads = Some((signature, grads)),
-            None if self.grads.as_ref().is_some_and(|(s, _)| *s != signature) => {
-                self.grads = None;
-            }
-            None => {}
-        }
+        keep_grads(&mut self.grads, signature, grads);
         self.set_sides(signature, sides);
         if let Some(before) = self.last.as_ref().map(|last| last.signature) {
             // NOTE [next-graph].
@@ -305,6 +299,20 @@ impl Memory {
     }
 }
 
+/// Keeps in `slot` the gradients of a pass of the graph with `signature`: `grads` when the
+/// pass completed; else those of an earlier pass of the same graph stay, another graph's go.
+fn keep_grads(
+    slot: &mut Option<(u64, Arc<GradProfile>)>,
+    signature: u64,
+    grads: Option<Arc<GradProfile>>,
+) {
+    match grads {
+        Some(grads) => *slot = Some((signature, grads)),
+        None if slot.as_ref().is_some_and(|(s, _)| *s != signature) => *slot = None,
+        None => {}
+    }
+}
+
 /// Notes in the process's memory, for [`tradeoff`](super::tradeoff) and
 /// [`check_budget`](super::check_budget) on other threads, the view of a pass run last
 /// with its gradients (`grads`: a completed pass's; `None` forgets those of another graph).
@@ -313,13 +321,11 @@ pub(super) fn ran_last_in_process(
     signature: u64,
     grads: Option<Arc<GradProfile>>,
 ) {
-    let mut slot = LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner());
-    match grads {
-        Some(grads) => *slot = Some((signature, grads)),
-        None if slot.as_ref().is_some_and(|(s, _)| *s != signature) => *slot = None,
-        None => {}
-    }
-    drop(slot);
+    keep_grads(
+        &mut LAST_GRADS.lock().unwrap_or_else(|p| p.into_inner()),
+        signature,
+        grads,
+    );
     *LAST_VIEW.lock().unwrap_or_else(|p| p.into_inner()) = Some(view);
 }
 

@@ -406,25 +406,11 @@ impl<'a> Exec<'a> {
     /// The nodes appended, as they were given (borrowed or owned) or unpacked (NOTE
     /// [packed-nodes] in `packed.rs`: after the rest of the executor's state is dropped).
     pub(crate) fn into_node_list(self) -> Cow<'a, [Node]> {
-        let Exec {
-            knobs,
-            graph,
-            life,
-            acct,
-            sweep,
-            report,
-            ..
-        } = self;
-        drop((knobs, life, acct, sweep, report));
-        let Graph {
-            nodes,
-            view,
-            analysis,
-            consumers,
-            reads_known,
-            released,
-        } = graph;
-        drop((view, analysis, consumers, reads_known, released));
+        // The rest of the executor goes at the end of this block, before the unpacking.
+        let nodes = {
+            let this = self;
+            this.graph.nodes
+        };
         nodes.into_list()
     }
 
