@@ -143,6 +143,9 @@ const SEARCH_STATES: usize = 20_000;
 /// however small the model (`tests/memory.rs` counts the planner's memory in a step's).
 const SEARCH_SHARE: u64 = 200 * 64;
 
+/// The most plans of a tupled view per chain plan (NOTE \[tuple-room\]).
+const TUPLE_TRIES: usize = 5;
+
 /// The cheapest valid schedule seen so far.
 struct Best<'v> {
     view: &'v GraphView,
@@ -446,14 +449,30 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
     let (view, budget) = (best.view, best.budget);
     if let Some(tupled) = chain.tupled {
         // The augmented view leaves out the constants of the steps it moves (NOTE
-        // [tuple-cuts]): they are charged for the whole pass.
-        let planned = budget
-            .checked_sub(tupled.moved_fixed)
-            .and_then(|room| plan_with(&tupled.view, room, false).ok());
-        if let Some((schedule, work)) = planned {
+        // [tuple-cuts]): they are charged for the whole pass. NOTE [tuple-room]: a
+        // translated schedule may hold a member from its computation to its tuple beyond
+        // what the plan counted; one that goes over the budget is planned again with the
+        // room less the excess, then less twice, four times... the excess.
+        let mut room = budget.checked_sub(tupled.moved_fixed);
+        for k in 0..TUPLE_TRIES {
+            let Some((schedule, work)) = room.and_then(|r| plan_with(&tupled.view, r, false).ok())
+            else {
+                break;
+            };
             best.work.runs += work.runs;
             best.work.units += work.units;
-            best.consider(tupled.translated(view.len(), schedule));
+            let schedule = tupled.translated(view.len(), schedule);
+            match simulate(view, &schedule, budget) {
+                Err(Error::OverBudget { held_bytes, .. }) => {
+                    // The DP counts in coarse units: the cut doubles on each try.
+                    room = room.and_then(|r| r.checked_sub((held_bytes - budget) << k));
+                }
+                Ok(_) => {
+                    best.consider(schedule);
+                    break;
+                }
+                Err(_) => break,
+            }
         }
         return;
     }

@@ -66,6 +66,8 @@ pub(crate) struct Tupled {
     /// The constants of the moved nodes, not charged by the augmented view: the budget it
     /// is planned under leaves them out.
     pub(crate) moved_fixed: u64,
+    /// The real nodes no schedule needs (NOTE \[unneeded-members\]); empty when none.
+    unneeded: Vec<bool>,
     /// The real view's step order.
     real_order: Vec<u32>,
     /// For each real node, its augmented index.
@@ -80,6 +82,9 @@ pub(crate) fn tupled(view: &GraphView, planner: Planner) -> Option<Tupled> {
     if n < 8 || rotor::stages_of(view, planner).is_some() {
         return None;
     }
+    // NOTE [unneeded-members]: values no schedule ever needs cross no cut.
+    let (pruned, unneeded) = pruned(view);
+    let view = pruned.as_ref().unwrap_or(view);
     let nodes = view.nodes();
     // reach[u]: the last node other than u reading u (u itself when none).
     let mut reach: Vec<u32> = (0..n as u32).collect();
@@ -262,6 +267,7 @@ pub(crate) fn tupled(view: &GraphView, planner: Planner) -> Option<Tupled> {
         real,
         members,
         moved,
+        unneeded,
         moved_fixed,
         real_order: view.step_order().to_vec(),
         index,
@@ -269,6 +275,11 @@ pub(crate) fn tupled(view: &GraphView, planner: Planner) -> Option<Tupled> {
 }
 
 impl Tupled {
+    /// Whether no schedule needs real node `u` (NOTE \[unneeded-members\]).
+    fn is_unneeded(&self, u: u32) -> bool {
+        self.unneeded.get(u as usize).copied().unwrap_or(false)
+    }
+
     /// The real values augmented node `a` stands for: itself, or a tuple's members (`one`
     /// holds a real node's index, so that no action allocates).
     fn values<'s>(&'s self, a: usize, one: &'s mut [u32; 1]) -> &'s [u32] {
@@ -359,6 +370,7 @@ impl Tupled {
                         was_held[u as usize] = true;
                     }
                 }
+                (Action::Replay(_), Some(u)) if self.is_unneeded(u) => forward = false,
                 (Action::Replay(_), Some(u)) => {
                     forward = false;
                     holds[u as usize] += 1;
@@ -376,7 +388,8 @@ impl Tupled {
                 }
                 (Action::Free(_), _) => {
                     for &u in self.values(a, &mut one) {
-                        if gone[u as usize] {
+                        // A replay of a value nothing needs was left out: so is its free.
+                        if gone[u as usize] || (holds[u as usize] == 0 && self.is_unneeded(u)) {
                             continue;
                         }
                         holds[u as usize] = holds[u as usize].saturating_sub(1);
@@ -412,6 +425,49 @@ impl Tupled {
         drop(schedule);
         cancelled.sort_unstable();
         Schedule::new(with_inserted(&out, keep_after, &cancelled))
+    }
+}
+
+/// NOTE [unneeded-members]: a value no backward step reads and no needed value is rebuilt
+/// from (NOTE \[need\] in `analysis.rs`) is never held by a schedule that does not choose
+/// to. Burn's `Gru` with a loss on its last output writes every `h` into a `[batch, seq,
+/// hidden]` output with `slice_assign`, each the previous one with a step written in, and
+/// the loss reads a slice of the last: gradients flow through that chain, but no step reads
+/// its values. Counted as crossing every cut, the stacked output went into every tuple (32
+/// times `h`'s bytes on 32 steps), no chain plan fitted below about 1.5x the smallest budget,
+/// and the lean schedule ran there (136,440 replays a step on 32 steps).
+///
+/// The tuples are found on the *pruned* view, where such a value reads nothing: it crosses
+/// no cut and no schedule of the augmented view needs it. A schedule that replays one anyway
+/// (a stage rebuilt whole) has that replay and its free left out by the translation.
+///
+/// Returns the pruned view, `None` when no unneeded value reads anything, and which nodes
+/// are unneeded (empty then).
+fn pruned(view: &GraphView) -> (Option<GraphView>, Vec<bool>) {
+    let need = super::analysis::Analysis::new(view).need;
+    let nodes = view.nodes();
+    if !need
+        .iter()
+        .zip(nodes)
+        .any(|(&need, node)| need == 0 && !node.inputs.is_empty())
+    {
+        return (None, Vec::new());
+    }
+    let unneeded: Vec<bool> = need.iter().map(|&need| need == 0).collect();
+    let pruned: Vec<Node> = nodes
+        .iter()
+        .zip(&unneeded)
+        .map(|(node, &unneeded)| {
+            let mut node = node.clone();
+            if unneeded {
+                node.inputs.clear();
+            }
+            node
+        })
+        .collect();
+    match GraphView::with_step_order(pruned, view.step_order().to_vec()) {
+        Ok(pruned) => (Some(pruned), unneeded),
+        Err(_) => (None, Vec::new()),
     }
 }
 
