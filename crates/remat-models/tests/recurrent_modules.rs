@@ -757,11 +757,14 @@ fn lstm_and_gru_on_every_output_and_gru_on_its_last_run_down_to_their_smallest_b
             runs[2].peak as f64 / save_all.peak as f64
         );
         // The cliff's width (measured on 32 and 128 steps: the `Lstm` on every output
-        // 1.09x and 1.04x, the `Gru` on its last output 1.31x and 1.23x, 1.5x and 1.94x
+        // 1.09x and 1.04x, the `Gru` on its last output 1.31x and 1.16x, 1.5x and 1.94x
         // before NOTE [unneeded-members] in `remat`'s `tuples.rs`; the `Gru` on every output
-        // 1.0x and 1.02x).
+        // 1.0x and 1.02x). Four forward passes by the planner's costs are more by count,
+        // cheap ops replayed the most: on 128 steps the `Gru` on its last output replays 307
+        // ops a step per time step there (about 10 forward passes by count), the `Lstm` on
+        // every output 200.
         assert!(
-            past as f64 <= 1.4 * smallest as f64 && runs[2].replays <= 200 * steps() as u64,
+            past as f64 <= 1.4 * smallest as f64 && runs[2].replays <= 320 * steps() as u64,
             "{model:?} under {past} bytes (K {k}, the smallest {smallest}): {} replays a step",
             runs[2].replays
         );

@@ -452,7 +452,7 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
         // [tuple-cuts]): they are charged for the whole pass. NOTE [tuple-room]: a
         // translated schedule may hold a member from its computation to its tuple beyond
         // what the plan counted; one that goes over the budget is planned again with the
-        // room less the excess, then less twice, four times... the excess.
+        // room less the excess (at least a 64th of the room), then twice, four times... that.
         let mut room = budget.checked_sub(tupled.moved_fixed);
         for k in 0..TUPLE_TRIES {
             let Some((schedule, work)) = room.and_then(|r| plan_with(&tupled.view, r, false).ok())
@@ -464,8 +464,9 @@ fn chain_run(best: &mut Best<'_>, chain: &Chain<'_>) {
             let schedule = tupled.translated(view.len(), schedule);
             match simulate(view, &schedule, budget) {
                 Err(Error::OverBudget { held_bytes, .. }) => {
-                    // The DP counts in coarse units: the cut doubles on each try.
-                    room = room.and_then(|r| r.checked_sub((held_bytes - budget) << k));
+                    // The DP counts in coarse units: the cut is at least a 64th of the
+                    // room, and doubles on each try.
+                    room = room.and_then(|r| r.checked_sub((held_bytes - budget).max(r / 64) << k));
                 }
                 Ok(_) => {
                     best.consider(schedule);

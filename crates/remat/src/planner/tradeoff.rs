@@ -101,21 +101,34 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
     // passes are left out, as the chain's DP prices them before any schedule is made.
     // A chain that reads pinned values (NOTE [pinned-chain] in `pinned.rs`) is priced on
     // its reduced view, with the pinned bytes taken from the budget.
+    // NOTE [tupled-rows]: a chain cut by tuples (NOTE [tuple-cuts] in `tuples.rs`) is
+    // priced on its augmented view, where a budget below the tuples' chain's smallest is
+    // left out too: there the plan is the lean schedule or near it. On Burn's `Gru` over
+    // 1,024 steps (loss on its last output, 36,000 ops) the smallest budget's row planned
+    // the lean schedule, about 140 million replays: the table took 21 s and 2.5 GB.
+    let long = view.len() > super::rotor::LONG_CHAIN;
     let reduced = super::pinned::reduced(view, PORTFOLIO);
-    let chain = match (super::rotor::stages_of(view, PORTFOLIO), &reduced) {
-        (Some(stages), _) => Some((view, stages, 0)),
-        (None, Some(pinned)) => super::rotor::stages_of(&pinned.view, PORTFOLIO)
-            .map(|stages| (&pinned.view, stages, pinned.bytes)),
-        (None, None) => None,
+    let tupled = (long && reduced.is_none() && super::rotor::stages_of(view, PORTFOLIO).is_none())
+        .then(|| super::tuples::tupled(view, PORTFOLIO))
+        .flatten();
+    let chain = match (super::rotor::stages_of(view, PORTFOLIO), &reduced, &tupled) {
+        (Some(stages), _, _) => Some((view, stages, 0, false)),
+        (None, Some(pinned), _) => super::rotor::stages_of(&pinned.view, PORTFOLIO)
+            .map(|stages| (&pinned.view, stages, pinned.bytes, false)),
+        (None, None, Some(tupled)) => super::rotor::stages_of(&tupled.view, PORTFOLIO)
+            .map(|stages| (&tupled.view, stages, tupled.moved_fixed, true)),
+        (None, None, None) => None,
     };
     let rows = budgets
         .into_iter()
         .filter_map(|budget| {
-            if let Some((chain_view, stages, pinned_bytes)) = &chain
-                && view.len() > super::rotor::LONG_CHAIN
-                && budget.checked_sub(*pinned_bytes).is_some_and(|room| {
-                    super::rotor::Rotor::new(chain_view, stages, room)
-                        .is_some_and(|r| r.cost() > MAX_REPLAYED * forward_cost)
+            if let Some((chain_view, stages, pinned_bytes, tupled)) = &chain
+                && long
+                && budget.checked_sub(*pinned_bytes).is_none_or(|room| {
+                    match super::rotor::Rotor::new(chain_view, stages, room) {
+                        Some(r) => r.cost() > MAX_REPLAYED * forward_cost,
+                        None => *tupled,
+                    }
                 })
             {
                 return None;
@@ -170,14 +183,39 @@ impl Tradeoff {
     /// within `forward_passes`, and the largest one tried below it did not. A plan's
     /// recompute does not always fall as the budget grows, so a smaller budget may also plan
     /// within `forward_passes`. Returns `keep_all_bytes` (no replay) when no smaller budget
-    /// tried plans within, and `min_budget_bytes` when the smallest budget does.
+    /// tried plans within, and `min_budget_bytes` when the smallest budget does. On a chain
+    /// of over 2,000 ops cut by tuples (an LSTM's or a GRU's steps), a budget whose chain
+    /// plan replays more than 100 forward passes (or `forward_passes`, if more) counts as not
+    /// within without being planned (NOTE \[tupled-rows\]: such a plan is quadratic in the
+    /// chain's length).
     pub fn smallest_budget_within(&self, forward_passes: f64) -> u64 {
         let view = &*self.view;
+        // NOTE [tupled-rows]: on a long chain cut by tuples, a budget below the tuples'
+        // chain's smallest, or whose chain plan replays more than `MAX_REPLAYED` forward
+        // passes, plans the lean schedule or near it, quadratic in the length (on Burn's
+        // `Gru` over 1,024 steps such a plan took 18 s and gigabytes): it does not plan
+        // within.
+        let tupled = (view.len() > super::rotor::LONG_CHAIN
+            && super::rotor::stages_of(view, PORTFOLIO).is_none()
+            && super::pinned::reduced(view, PORTFOLIO).is_none())
+        .then(|| super::tuples::tupled(view, PORTFOLIO))
+        .flatten();
+        let stages = tupled
+            .as_ref()
+            .and_then(|t| super::rotor::stages_of(&t.view, PORTFOLIO));
+        let most = forward_passes.max(MAX_REPLAYED) * self.forward_cost;
+        let priced_out = |budget: u64| match (&tupled, &stages) {
+            (Some(t), Some(stages)) => budget.checked_sub(t.moved_fixed).is_none_or(|room| {
+                super::rotor::Rotor::new(&t.view, stages, room).is_none_or(|r| r.cost() > most)
+            }),
+            _ => false,
+        };
         let within = |budget: u64| {
-            plan(view, budget)
-                .ok()
-                .and_then(|schedule| simulate(view, &schedule, budget).ok())
-                .is_some_and(|o| o.recompute_cost <= forward_passes * self.forward_cost)
+            !priced_out(budget)
+                && plan(view, budget)
+                    .ok()
+                    .and_then(|schedule| simulate(view, &schedule, budget).ok())
+                    .is_some_and(|o| o.recompute_cost <= forward_passes * self.forward_cost)
         };
         let (mut lo, mut hi) = (self.min_budget_bytes, self.keep_all_bytes);
         if hi <= lo || within(lo) {

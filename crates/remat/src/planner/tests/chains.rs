@@ -889,3 +889,82 @@ fn a_gru_on_its_last_output_is_planned_by_its_tuples_without_its_stacked_output(
         report.min_budget_bytes
     );
 }
+
+/// A recurrence shaped like Burn's `Gru` with the loss on its last output, `n` steps: each
+/// step's input projection (a constant, its step run last, as Burn's order runs it) added to
+/// a projection of `h`, `h = tanh(..)`; every `h` written into a stacked output by
+/// `slice_assign` (32 times `h`'s bytes, read by no step), the loss on a slice of the last.
+fn stacked_chain(n: u32) -> GraphView {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut push = |node: Node| {
+        nodes.push(node);
+        nodes.len() as u32 - 1
+    };
+    let mut h: Option<u32> = None;
+    let mut stacked: Option<u32> = None;
+    let mut projections = Vec::new();
+    for _ in 0..n {
+        let x = push(Node::new("matmul", D, 5000.0).fixed_bytes(D / 8));
+        projections.push(x);
+        let gate = match h {
+            Some(h) => {
+                let hp = push(Node::new("matmul", D, 5000.0).inputs([h]).step_reads([h]));
+                push(Node::new("add", D, 300.0).inputs([x, hp]))
+            }
+            None => push(Node::new("add", D, 300.0).inputs([x])),
+        };
+        let next = push(
+            Node::new("tanh", D, 300.0)
+                .inputs([gate])
+                .step_reads([gate]),
+        );
+        let inputs: Vec<u32> = stacked.into_iter().chain([next]).collect();
+        stacked = Some(push(
+            Node::new("slice_assign", 32 * D, 1000.0).inputs(inputs),
+        ));
+        h = Some(next);
+    }
+    let last = push(Node::new("slice", D, 100.0).inputs([stacked.expect("a step")]));
+    push(Node::new("sum", 8, 100.0).inputs([last]));
+    let total = nodes.len() as u32;
+    let mut order: Vec<u32> = (0..total)
+        .rev()
+        .filter(|v| !projections.contains(v))
+        .collect();
+    order.extend(projections.iter().rev());
+    GraphView::with_step_order(nodes, order).expect("a stacked chain is a valid view")
+}
+
+/// NOTE [tupled-rows] in `tradeoff.rs`: on a long chain cut by tuples (a `Gru`-shaped
+/// recurrence of 700 steps, 3,500 ops), the trade-off leaves out the rows whose chain plan
+/// replays over 100 forward passes, and `smallest_budget_within` does not plan such budgets:
+/// each planned the lean schedule, quadratic in the length (Burn's `Gru` over 1,024 steps:
+/// the table took 21 s and 2.5 GB, `smallest_budget_within(4.0)` 76 s, naming 1.27x the
+/// smallest budget where NOTE [tuple-room]'s coarser cuts find 1.09x). The budget named
+/// plans within 4 forward passes.
+#[test]
+fn a_long_chain_of_tuples_prices_its_lean_budgets_without_planning_them() {
+    let view = stacked_chain(700);
+    assert!(view.len() > 2_000);
+    assert!(crate::planner::tuples::tupled(&view, PORTFOLIO).is_some());
+    let report = crate::planner::tradeoff(&view);
+    let forward = view.forward_cost();
+    assert!(!report.rows.is_empty());
+    for row in &report.rows {
+        assert!(
+            row.recompute_cost <= 100.0 * forward,
+            "a row at {} bytes replays {} forward passes",
+            row.budget_bytes,
+            row.recompute_cost / forward
+        );
+    }
+    let past = report.smallest_budget_within(4.0);
+    let schedule = plan(&view, past).expect("plans");
+    let outcome = simulate(&view, &schedule, past).expect("valid");
+    assert!(outcome.recompute_cost <= 4.0 * forward);
+    assert!(
+        past as f64 <= 1.5 * report.min_budget_bytes as f64,
+        "{past} against the smallest {}",
+        report.min_budget_bytes
+    );
+}
