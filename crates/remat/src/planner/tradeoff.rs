@@ -5,8 +5,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::blocks::Stages;
 use super::error::mib;
 use super::plan::PORTFOLIO;
+use super::tuples::Tupled;
 use super::{
     GradProfile, GraphView, plan, recompute_lower_bound, simulate, smallest_budget, step_peak,
 };
@@ -101,23 +103,31 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
     // passes are left out, as the chain's DP prices them before any schedule is made.
     // A chain that reads pinned values (NOTE [pinned-chain] in `pinned.rs`) is priced on
     // its reduced view, with the pinned bytes taken from the budget.
-    // NOTE [tupled-rows]: a chain cut by tuples (NOTE [tuple-cuts] in `tuples.rs`) is
-    // priced on its augmented view, where a budget below the tuples' chain's smallest is
-    // left out too: there the plan is the lean schedule or near it. On Burn's `Gru` over
-    // 1,024 steps (loss on its last output, 36,000 ops) the smallest budget's row planned
-    // the lean schedule, about 140 million replays: the table took 21 s and 2.5 GB.
+    // NOTE [tupled-rows]: a chain cut by tuples (NOTE [tuple-cuts] in `tuples.rs`), the
+    // view's own or the reduced view of a pinned one (NOTE [pinned-heads]), is priced on its
+    // augmented view, where a budget below the tuples' chain's smallest is left out too:
+    // there the plan is the lean schedule or near it. On Burn's `Gru` over 1,024 steps (loss
+    // on its last output, 36,000 ops) the smallest budget's row planned the lean schedule,
+    // about 140 million replays: the table took 21 s and 2.5 GB; on the `Lstm` with the loss
+    // on every output, 64 s and 11 GB.
     let long = view.len() > super::rotor::LONG_CHAIN;
     let reduced = super::pinned::reduced(view, PORTFOLIO);
-    let tupled = (long && reduced.is_none() && super::rotor::stages_of(view, PORTFOLIO).is_none())
-        .then(|| super::tuples::tupled(view, PORTFOLIO))
-        .flatten();
-    let chain = match (super::rotor::stages_of(view, PORTFOLIO), &reduced, &tupled) {
-        (Some(stages), _, _) => Some((view, stages, 0, false)),
-        (None, Some(pinned), _) => super::rotor::stages_of(&pinned.view, PORTFOLIO)
-            .map(|stages| (&pinned.view, stages, pinned.bytes, false)),
-        (None, None, Some(tupled)) => super::rotor::stages_of(&tupled.view, PORTFOLIO)
-            .map(|stages| (&tupled.view, stages, tupled.moved_fixed, true)),
-        (None, None, None) => None,
+    let tupled = long.then(|| tupled_chain(view)).flatten();
+    let plain = super::rotor::stages_of(view, PORTFOLIO);
+    let pinned_chain = match (&plain, &reduced, &tupled) {
+        (None, Some(pinned), None) => {
+            super::rotor::stages_of(&pinned.view, PORTFOLIO).map(|stages| (pinned, stages))
+        }
+        _ => None,
+    };
+    let chain: Option<(&GraphView, &Stages, u64, bool)> = if let Some(stages) = &plain {
+        Some((view, &**stages, 0, false))
+    } else if let Some((tupled, stages, outside)) = &tupled {
+        Some((&tupled.view, &**stages, *outside, true))
+    } else {
+        pinned_chain
+            .as_ref()
+            .map(|(pinned, stages)| (&pinned.view, &**stages, pinned.bytes, false))
     };
     let rows = budgets
         .into_iter()
@@ -172,6 +182,27 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
 // who takes the first row of the table pays 70 times the time for 5% of the memory.
 // `Tradeoff::smallest_budget_within` names the budget past the cliff.
 
+/// The chain of tuples `view` is planned by (NOTE \[tupled-rows\]): its own, when it has
+/// no stages and no pinned values, or its pinned reduced view's, when that has no stages;
+/// with the augmented view's stages and the bytes held outside its room (pinned values and
+/// the moved steps' constants). `None` for any other view.
+fn tupled_chain(view: &GraphView) -> Option<(Tupled, Arc<Stages>, u64)> {
+    if super::rotor::stages_of(view, PORTFOLIO).is_some() {
+        return None;
+    }
+    let (tupled, pinned) = match super::pinned::reduced(view, PORTFOLIO) {
+        None => (super::tuples::tupled(view, PORTFOLIO)?, 0),
+        Some(pinned) if super::rotor::stages_of(&pinned.view, PORTFOLIO).is_none() => (
+            super::tuples::tupled(&pinned.view, PORTFOLIO)?,
+            pinned.bytes,
+        ),
+        Some(_) => return None,
+    };
+    let stages = super::rotor::stages_of(&tupled.view, PORTFOLIO)?;
+    let outside = pinned + tupled.moved_fixed;
+    Some((tupled, stages, outside))
+}
+
 impl Tradeoff {
     /// The smallest budget whose plan replays at most `forward_passes` forward passes (its
     /// predicted recompute at most `forward_passes` times [`forward_cost`](Self::forward_cost)):
@@ -195,20 +226,15 @@ impl Tradeoff {
         // passes, plans the lean schedule or near it, quadratic in the length (on Burn's
         // `Gru` over 1,024 steps such a plan took 18 s and gigabytes): it does not plan
         // within.
-        let tupled = (view.len() > super::rotor::LONG_CHAIN
-            && super::rotor::stages_of(view, PORTFOLIO).is_none()
-            && super::pinned::reduced(view, PORTFOLIO).is_none())
-        .then(|| super::tuples::tupled(view, PORTFOLIO))
-        .flatten();
-        let stages = tupled
-            .as_ref()
-            .and_then(|t| super::rotor::stages_of(&t.view, PORTFOLIO));
+        let tupled = (view.len() > super::rotor::LONG_CHAIN)
+            .then(|| tupled_chain(view))
+            .flatten();
         let most = forward_passes.max(MAX_REPLAYED) * self.forward_cost;
-        let priced_out = |budget: u64| match (&tupled, &stages) {
-            (Some(t), Some(stages)) => budget.checked_sub(t.moved_fixed).is_none_or(|room| {
+        let priced_out = |budget: u64| match &tupled {
+            Some((t, stages, outside)) => budget.checked_sub(*outside).is_none_or(|room| {
                 super::rotor::Rotor::new(&t.view, stages, room).is_none_or(|r| r.cost() > most)
             }),
-            _ => false,
+            None => false,
         };
         let within = |budget: u64| {
             !priced_out(budget)
