@@ -159,3 +159,34 @@ fn deaths(view: &GraphView, need0: &[u32]) -> Vec<u32> {
     }
     death
 }
+
+/// `view` with the inputs of every value no schedule needs (NOTE \[need\]: `need` is 0)
+/// left out, when any such value reads something, and which values those are. A schedule
+/// never rebuilds such a value, so its inputs only tie it to values it would otherwise not
+/// cross (NOTE \[pinned-heads\] in `pinned.rs`, NOTE \[unneeded-members\] in `tuples.rs`).
+pub(crate) fn without_unneeded_inputs(view: &GraphView) -> (Option<GraphView>, Vec<bool>) {
+    let unneeded: Vec<bool> = Analysis::new(view).need.iter().map(|&n| n == 0).collect();
+    let nodes = view.nodes();
+    if !nodes
+        .iter()
+        .zip(&unneeded)
+        .any(|(node, &unneeded)| unneeded && !node.inputs.is_empty())
+    {
+        return (None, unneeded);
+    }
+    let pruned: Vec<_> = nodes
+        .iter()
+        .zip(&unneeded)
+        .map(|(node, &unneeded)| {
+            let mut node = node.clone();
+            if unneeded {
+                node.inputs.clear();
+            }
+            node
+        })
+        .collect();
+    (
+        GraphView::with_step_order(pruned, view.step_order().to_vec()).ok(),
+        unneeded,
+    )
+}

@@ -27,7 +27,7 @@
 //! Cost model: finding the pinned nodes and building the reduced view is O(n + e);
 //! completing a schedule is O(actions + e).
 
-use super::analysis::Analysis;
+use super::analysis::{Analysis, without_unneeded_inputs};
 use super::blocks::Planner;
 use super::schedule::with_inserted;
 use super::view::rebuildable;
@@ -181,15 +181,11 @@ pub(crate) fn reduced(view: &GraphView, planner: Planner) -> Option<Pinned> {
     let mut unneeded = Vec::new();
     if !heads.is_empty() {
         // NOTE [pinned-heads]: with the heads held, what only they needed is never rebuilt.
-        let need = Analysis::new(&reduced).need;
-        let mut pruned = reduced.nodes().to_vec();
-        unneeded = need.iter().map(|&need| need == 0).collect();
-        for (node, need) in pruned.iter_mut().zip(need) {
-            if need == 0 {
-                node.inputs.clear();
-            }
+        let (pruned, flags) = without_unneeded_inputs(&reduced);
+        unneeded = flags;
+        if let Some(pruned) = pruned {
+            reduced = pruned;
         }
-        reduced = GraphView::with_step_order(pruned, view.step_order().to_vec()).ok()?;
     }
     // A reduced view cut by tuples (NOTE [tuple-cuts]) only where a head was pinned: other
     // pinned views keep the plans they had.

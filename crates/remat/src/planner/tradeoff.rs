@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::blocks::Stages;
 use super::error::mib;
+use super::pinned::Pinned;
 use super::plan::PORTFOLIO;
 use super::tuples::Tupled;
 use super::{
@@ -111,23 +112,22 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
     // about 140 million replays: the table took 21 s and 2.5 GB; on the `Lstm` with the loss
     // on every output, 64 s and 11 GB.
     let long = view.len() > super::rotor::LONG_CHAIN;
-    let reduced = super::pinned::reduced(view, PORTFOLIO);
-    let tupled = long.then(|| tupled_chain(view)).flatten();
     let plain = super::rotor::stages_of(view, PORTFOLIO);
-    let pinned_chain = match (&plain, &reduced, &tupled) {
-        (None, Some(pinned), None) => {
-            super::rotor::stages_of(&pinned.view, PORTFOLIO).map(|stages| (pinned, stages))
+    let reduced = super::pinned::reduced(view, PORTFOLIO);
+    let pinned = plain.is_none().then_some(reduced.as_ref()).flatten();
+    let pinned_stages = pinned.and_then(|pinned| super::rotor::stages_of(&pinned.view, PORTFOLIO));
+    let tupled = (long && plain.is_none() && pinned_stages.is_none())
+        .then(|| tupled_chain(view, reduced.as_ref()))
+        .flatten();
+    let chain: Option<(&GraphView, &Stages, u64, bool)> = match (&plain, &pinned_stages, &tupled) {
+        (Some(stages), _, _) => Some((view, stages, 0, false)),
+        (None, Some(stages), _) => {
+            pinned.map(|pinned| (&pinned.view, &**stages, pinned.bytes, false))
         }
-        _ => None,
-    };
-    let chain: Option<(&GraphView, &Stages, u64, bool)> = if let Some(stages) = &plain {
-        Some((view, &**stages, 0, false))
-    } else if let Some((tupled, stages, outside)) = &tupled {
-        Some((&tupled.view, &**stages, *outside, true))
-    } else {
-        pinned_chain
-            .as_ref()
-            .map(|(pinned, stages)| (&pinned.view, &**stages, pinned.bytes, false))
+        (None, None, Some((tupled, stages, outside))) => {
+            Some((&tupled.view, &**stages, *outside, true))
+        }
+        (None, None, None) => None,
     };
     let rows = budgets
         .into_iter()
@@ -182,15 +182,13 @@ pub(crate) fn tradeoff_shared(shared: Arc<GraphView>, grads: Option<GradProfile>
 // who takes the first row of the table pays 70 times the time for 5% of the memory.
 // `Tradeoff::smallest_budget_within` names the budget past the cliff.
 
-/// The chain of tuples `view` is planned by (NOTE \[tupled-rows\]): its own, when it has
-/// no stages and no pinned values, or its pinned reduced view's, when that has no stages;
-/// with the augmented view's stages and the bytes held outside its room (pinned values and
-/// the moved steps' constants). `None` for any other view.
-fn tupled_chain(view: &GraphView) -> Option<(Tupled, Arc<Stages>, u64)> {
-    if super::rotor::stages_of(view, PORTFOLIO).is_some() {
-        return None;
-    }
-    let (tupled, pinned) = match super::pinned::reduced(view, PORTFOLIO) {
+/// The chain of tuples `view` (which has no stages of its own) is planned by (NOTE
+/// \[tupled-rows\]): its own, when it has no pinned values, or the pinned values' reduced
+/// view's (`reduced`), when that has no stages; with the augmented view's stages and the
+/// bytes held outside its room (pinned values and the moved steps' constants). `None` for
+/// any other view.
+fn tupled_chain(view: &GraphView, reduced: Option<&Pinned>) -> Option<(Tupled, Arc<Stages>, u64)> {
+    let (tupled, pinned) = match reduced {
         None => (super::tuples::tupled(view, PORTFOLIO)?, 0),
         Some(pinned) if super::rotor::stages_of(&pinned.view, PORTFOLIO).is_none() => (
             super::tuples::tupled(&pinned.view, PORTFOLIO)?,
@@ -226,9 +224,10 @@ impl Tradeoff {
         // passes, plans the lean schedule or near it, quadratic in the length (on Burn's
         // `Gru` over 1,024 steps such a plan took 18 s and gigabytes): it does not plan
         // within.
-        let tupled = (view.len() > super::rotor::LONG_CHAIN)
-            .then(|| tupled_chain(view))
-            .flatten();
+        let tupled = (view.len() > super::rotor::LONG_CHAIN
+            && super::rotor::stages_of(view, PORTFOLIO).is_none())
+        .then(|| tupled_chain(view, super::pinned::reduced(view, PORTFOLIO).as_ref()))
+        .flatten();
         let most = forward_passes.max(MAX_REPLAYED) * self.forward_cost;
         let priced_out = |budget: u64| match &tupled {
             Some((t, stages, outside)) => budget.checked_sub(*outside).is_none_or(|room| {

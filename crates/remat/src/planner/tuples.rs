@@ -442,32 +442,11 @@ impl Tupled {
 /// (a stage rebuilt whole) has that replay and its free left out by the translation.
 ///
 /// Returns the pruned view, `None` when no unneeded value reads anything, and which nodes
-/// are unneeded (empty then).
+/// are unneeded (empty then: the translation leaves nothing out).
 fn pruned(view: &GraphView) -> (Option<GraphView>, Vec<bool>) {
-    let need = super::analysis::Analysis::new(view).need;
-    let nodes = view.nodes();
-    if !need
-        .iter()
-        .zip(nodes)
-        .any(|(&need, node)| need == 0 && !node.inputs.is_empty())
-    {
-        return (None, Vec::new());
-    }
-    let unneeded: Vec<bool> = need.iter().map(|&need| need == 0).collect();
-    let pruned: Vec<Node> = nodes
-        .iter()
-        .zip(&unneeded)
-        .map(|(node, &unneeded)| {
-            let mut node = node.clone();
-            if unneeded {
-                node.inputs.clear();
-            }
-            node
-        })
-        .collect();
-    match GraphView::with_step_order(pruned, view.step_order().to_vec()) {
-        Ok(pruned) => (Some(pruned), unneeded),
-        Err(_) => (None, Vec::new()),
+    match super::analysis::without_unneeded_inputs(view) {
+        (Some(pruned), unneeded) => (Some(pruned), unneeded),
+        (None, _) => (None, Vec::new()),
     }
 }
 

@@ -667,15 +667,8 @@ fn two_value_chain(n: u32) -> GraphView {
     let mut state: Option<(u32, u32)> = None;
     let mut projections = Vec::new();
     for _ in 0..n {
-        let x = push(Node::new("matmul", D, 5000.0).fixed_bytes(D / 8));
+        let (x, gate) = projected_gate(&mut push, state.map(|(h, _)| h));
         projections.push(x);
-        let gate = match state {
-            Some((h, _)) => {
-                let hp = push(Node::new("matmul", D, 5000.0).inputs([h]).step_reads([h]));
-                push(Node::new("add", D, 300.0).inputs([x, hp]))
-            }
-            None => push(Node::new("add", D, 300.0).inputs([x])),
-        };
         let s = push(
             Node::new("sigmoid", D, 300.0)
                 .inputs([gate])
@@ -690,14 +683,33 @@ fn two_value_chain(n: u32) -> GraphView {
     }
     let (h, c) = state.expect("at least one step");
     push(Node::new("mul", 8, 100.0).inputs([h, c]).step_reads([h, c]));
-    // Reverse recording order, the input projections' steps last.
+    projections_last(nodes, &projections)
+}
+
+/// The view of `nodes` stepped in reverse recording order, the input projections' steps
+/// last (as Burn's order runs an LSTM's).
+fn projections_last(nodes: Vec<Node>, projections: &[u32]) -> GraphView {
     let total = nodes.len() as u32;
     let mut order: Vec<u32> = (0..total)
         .rev()
         .filter(|v| !projections.contains(v))
         .collect();
     order.extend(projections.iter().rev());
-    GraphView::with_step_order(nodes, order).expect("a two-value chain is a valid view")
+    GraphView::with_step_order(nodes, order).expect("a recurrence is a valid view")
+}
+
+/// A step's input projection (a constant, reading no node) added to a projection of `h`
+/// (the first step has none); returns the projection and the sum.
+fn projected_gate(push: &mut impl FnMut(Node) -> u32, h: Option<u32>) -> (u32, u32) {
+    let x = push(Node::new("matmul", D, 5000.0).fixed_bytes(D / 8));
+    let gate = match h {
+        Some(h) => {
+            let hp = push(Node::new("matmul", D, 5000.0).inputs([h]).step_reads([h]));
+            push(Node::new("add", D, 300.0).inputs([x, hp]))
+        }
+        None => push(Node::new("add", D, 300.0).inputs([x])),
+    };
+    (x, gate)
 }
 
 /// NOTE [tuple-cuts]: a chain whose steps hand two values to the next is planned by its
@@ -906,15 +918,8 @@ fn stacked_chain(n: u32, read: bool) -> GraphView {
     let mut stacked: Option<u32> = None;
     let mut projections = Vec::new();
     for _ in 0..n {
-        let x = push(Node::new("matmul", D, 5000.0).fixed_bytes(D / 8));
+        let (x, gate) = projected_gate(&mut push, h);
         projections.push(x);
-        let gate = match h {
-            Some(h) => {
-                let hp = push(Node::new("matmul", D, 5000.0).inputs([h]).step_reads([h]));
-                push(Node::new("add", D, 300.0).inputs([x, hp]))
-            }
-            None => push(Node::new("add", D, 300.0).inputs([x])),
-        };
         let next = push(
             Node::new("tanh", D, 300.0)
                 .inputs([gate])
@@ -938,13 +943,7 @@ fn stacked_chain(n: u32, read: bool) -> GraphView {
         let last = push(Node::new("slice", D, 100.0).inputs([stacked]));
         push(Node::new("sum", 8, 100.0).inputs([last]));
     }
-    let total = nodes.len() as u32;
-    let mut order: Vec<u32> = (0..total)
-        .rev()
-        .filter(|v| !projections.contains(v))
-        .collect();
-    order.extend(projections.iter().rev());
-    GraphView::with_step_order(nodes, order).expect("a stacked chain is a valid view")
+    projections_last(nodes, &projections)
 }
 
 /// NOTE [tupled-rows] in `tradeoff.rs`: on a long chain cut by tuples (a `Gru`-shaped
