@@ -319,14 +319,15 @@ fn decide_and_reserve<B: Backend, R: Rule<B>>(
 /// What the budget's session needs from the recording of one op (NOTE \[budget\] in
 /// `checkpoint/budget/`): the inputs' values in hand, and the measured forward time.
 struct Budgeted<B: Backend> {
-    in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+    /// In place for up to two (no allocation per op).
+    in_hand: budget::InHand<B>,
     cost_ns: Option<f64>,
 }
 
 impl<B: Backend> Default for Budgeted<B> {
     fn default() -> Self {
         Self {
-            in_hand: Vec::new(),
+            in_hand: SmallVec::new(),
             cost_ns: None,
         }
     }
@@ -432,7 +433,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
         held.claim(id);
     }
     let recorded = (placement.budget != 0).then(|| {
-        let ids = |read: &dyn Fn(usize) -> bool| -> Vec<NodeId> {
+        let ids = |read: &dyn Fn(usize) -> bool| -> SmallVec<[NodeId; 2]> {
             edges
                 .iter()
                 .enumerate()
@@ -459,7 +460,7 @@ fn finish_node<B: Backend, R: Rule<B>>(
                 inputs: if placement.recompute {
                     ids(&|i| rule.replay_input(i))
                 } else {
-                    Vec::new()
+                    SmallVec::new()
                 },
                 step_reads: ids(&|i| reads.has_input(i)),
                 quiet: reads == Reads::NOTHING,

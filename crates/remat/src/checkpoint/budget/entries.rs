@@ -286,12 +286,63 @@ impl Entries {
         recorded.unwrap_or_else(|| self.stored(at).0.fixed_bytes)
     }
 
-    /// Calls `read` with each entry the entry at `at` reads, in a replay (its inputs) or in
-    /// its backward step (its step reads), without making the entry.
-    pub(super) fn reads(&self, at: usize, mut read: impl FnMut(u32)) {
-        let (node, sides) = self.stored(at);
-        for &u in node.inputs.iter().chain(&node.step_reads) {
-            read(sides.map_or(u, |sides| position(sides, u)));
+    /// Walks the entries from the last to the first: `visit(at)` says whether to read the
+    /// entry at `at`, and `read(u)` then gets each value it reads (its inputs, then its step's
+    /// reads), as session positions; `visit` sees what `read` marked (both get `marks`).
+    /// Linear in the entries and their reads: where the step followed a plan, the view's
+    /// indices are renumbered past the side ops by one table and one cursor, not a search
+    /// per read (NOTE \[pass-index\] in `pass.rs`).
+    pub(super) fn reads_from_last<M>(
+        &self,
+        marks: &mut M,
+        mut visit: impl FnMut(&mut M, usize) -> bool,
+        mut read: impl FnMut(&mut M, u32),
+    ) {
+        self.not_lent();
+        let Some(followed) = &self.followed else {
+            for at in (0..self.listed.len()).rev() {
+                if visit(marks, at) {
+                    let node = &self.listed[at];
+                    for &u in node.inputs.iter().chain(&node.step_reads) {
+                        read(marks, u);
+                    }
+                }
+            }
+            return;
+        };
+        let sides = &followed.sides;
+        // The session position of each view node (`position`, in one sweep).
+        let mut k = 0;
+        let at_of: Vec<u32> = (0..followed.view.len() as u32)
+            .map(|v| {
+                while k < sides.len() && sides[k].before <= v {
+                    k += 1;
+                }
+                v + k as u32
+            })
+            .collect();
+        // Side ops at or after `at` not passed yet, from the last.
+        let mut k = sides.len();
+        for at in (0..followed.len).rev() {
+            while k > 0 && sides[k - 1].at > at {
+                k -= 1;
+            }
+            let side = k > 0 && sides[k - 1].at == at;
+            if !visit(marks, at as usize) {
+                continue;
+            }
+            if side {
+                let node = &followed.side_nodes[k - 1];
+                for &u in node.inputs.iter().chain(&node.step_reads) {
+                    read(marks, u);
+                }
+            } else {
+                // `k` side ops lie before `at`.
+                let node = followed.view.node(at - k as u32);
+                for &u in node.inputs.iter().chain(&node.step_reads) {
+                    read(marks, at_of[u as usize]);
+                }
+            }
         }
     }
 
@@ -370,6 +421,29 @@ mod tests {
             entries.push(node.clone());
         }
         assert_eq!(entries.len(), 5);
+        // Each entry's reads, walked from the last entry (NOTE [pass-index] in `pass.rs`);
+        // a second walk reads the even entries only.
+        let mut walked: Vec<Vec<u32>> = vec![Vec::new(); 5];
+        let mut visited = Vec::new();
+        entries.reads_from_last(
+            &mut (&mut walked, &mut visited),
+            |(_, visited), at| {
+                visited.push(at);
+                true
+            },
+            |(walked, visited), u| walked[*visited.last().unwrap()].push(u),
+        );
+        assert_eq!(visited, [4, 3, 2, 1, 0]);
+        let mut even: Vec<Vec<u32>> = vec![Vec::new(); 5];
+        let mut at_now = 0;
+        entries.reads_from_last(
+            &mut (&mut even, &mut at_now),
+            |(_, at_now), at| {
+                **at_now = at;
+                at % 2 == 0
+            },
+            |(even, at_now), u| even[**at_now].push(u),
+        );
         // The view's costs, the recorded constants, the session's numbering.
         for (at, node) in recorded.iter_mut().enumerate() {
             if !node.name.starts_with("slice") {
@@ -380,15 +454,15 @@ mod tests {
             assert_eq!(entries.bytes(at), node.bytes);
             assert_eq!(entries.fixed_bytes(at), node.fixed_bytes);
             assert_eq!(entries.replayable(at), node.replayable);
-            let mut reads = Vec::new();
-            entries.reads(at, |u| reads.push(u));
             let expected: Vec<u32> = node
                 .inputs
                 .iter()
                 .chain(&node.step_reads)
                 .copied()
                 .collect();
-            assert_eq!(reads, expected, "entry {at}");
+            assert_eq!(walked[at], expected, "entry {at}");
+            let expected_even = if at % 2 == 0 { expected } else { Vec::new() };
+            assert_eq!(even[at], expected_even, "entry {at}, even entries only");
         }
         // NOTE [compaction-entries]: taken one by one while followed, nothing is listed.
         for at in [4, 1] {

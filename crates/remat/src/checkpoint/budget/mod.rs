@@ -88,4 +88,6 @@ pub use report::{check_budget, tradeoff, try_with_budget};
 pub(crate) use session::{InputRead, OpFacts, Upcoming};
 pub(crate) use state::{estimate, last_budget};
 pub use stop::BudgetError;
-pub(crate) use thread::{Recorded, dropped, intern, on_record, read_outside, reserve, upcoming};
+pub(crate) use thread::{
+    InHand, Recorded, dropped, intern, on_record, read_outside, reserve, upcoming,
+};

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 use super::entries::Entries;
 use super::session::Follow;
 use super::state::{LAST_BUDGET, Side, bytes_of, estimate, shared_plans};
-use super::thread::{compact_thread_session, ran_last, stop, with_thread};
+use super::thread::{compact_thread_session_claimed, ran_last, stop, with_thread};
 use crate::checkpoint::cost;
 use crate::graph::{BudgetNode, GraphNode, NodeId, ScheduleFacts};
 use crate::planner::{self, Action, BackwardPlan, GraphView, ScheduleIndex};
@@ -77,12 +77,14 @@ fn side_ops(nodes: &Entries, side: &[bool], quiet: &[bool], read_outside: &[u32]
     for &at in read_outside {
         read[at as usize] = true;
     }
-    for at in (0..nodes.len()).rev() {
-        free[at] = side[at] && quiet[at] && !read[at];
-        if !free[at] {
-            nodes.reads(at, |u| read[u as usize] = true);
-        }
-    }
+    nodes.reads_from_last(
+        &mut (&mut free, &mut read),
+        |(free, read), at| {
+            free[at] = side[at] && quiet[at] && !read[at];
+            !free[at]
+        },
+        |(_, read), u| read[u as usize] = true,
+    );
     (0..nodes.len())
         .filter(|&at| side[at])
         .enumerate()
@@ -224,6 +226,17 @@ impl core::ops::Deref for Facts {
     }
 }
 
+// NOTE [pass-index]: a followed step's pass is planned at every `backward()`, so its cost is
+// per step: under `Budget(u64::MAX)` on Burn's `Lstm` over 1,024 steps (37,905 nodes) it
+// was 14 ms of a 390 ms step, a third of what the budget added to SaveAll's step. Each
+// lookup of a node by id was a binary search: the step order (one per node), which of the
+// session's ops the pass claimed (two per op), the reads of every entry renumbered past the
+// side ops (one search per read), and the compaction looked at every node of the pass
+// (upgraded and locked, to find it consumed). Now the step order is the inverse of the
+// sorted order, the claimed ops come from one merge of two ascending lists of ids, the
+// reads are renumbered by one table (`Entries::reads_from_last`), and the compaction skips
+// the ops the pass claimed: 6.3 ms.
+
 /// A backward pass planned and run under `budget` (NOTE \[budget\]): returns, for each node
 /// of `order`, the actions to carry out before finishing it (in `order`'s order; empty for
 /// leaves), the bytes held when the pass starts, the budget the pass runs within, and the
@@ -294,10 +307,12 @@ pub(crate) fn plan_pass(
         }
         held_bytes += e.fixed_bytes;
     }
-    let step_order: Vec<u32> = entries
-        .iter()
-        .map(|e| index(&e.id).expect("a claimed node is indexed"))
-        .collect();
+    // NOTE [pass-index]: entry `k` is view node `i` where `by_id[i] == k`: the step order is
+    // `by_id`'s inverse, made in one sweep.
+    let mut step_order: Vec<u32> = vec![0; entries.len()];
+    for (i, &k) in by_id.iter().enumerate() {
+        step_order[k] = i as u32;
+    }
     // When this thread's session recorded exactly the pass's ops, its nodes are the view:
     // they carry the forward pass's measured times and marks, and match the plan the step
     // may have followed (the pass's own description agrees with them on everything else).
@@ -309,74 +324,73 @@ pub(crate) fn plan_pass(
     // `state.rs`), listed when the session starts with the pass's first op.
     // NOTE [split-sides]: the side ops' nodes, where the pass took the session's list.
     let mut split = None;
-    let (session_view, follow, sides, side_read, recorded_here) = with_thread(|thread| {
-        let mut cell = thread.session.borrow_mut();
-        let Some(session) = cell.as_mut() else {
-            return (None, None, Arc::from([]), false, false);
-        };
-        // Whether this thread recorded the pass's ops (its first, by id).
-        let recorded_here = by_id
-            .first()
-            .is_some_and(|&k| session.position(entries[k].id).is_some());
-        let side_read = std::mem::take(&mut session.free_side_read);
-        // NOTE [pass-compaction].
-        session.release_planner();
-        let claimed = |id: &NodeId| index(id).is_some();
-        let mut ours = session.ids.iter().filter(|id| claimed(id));
-        let prefix = session.ids.first().is_some_and(claimed)
-            && by_id
-                .iter()
-                .map(|&k| entries[k].id)
-                .zip(ours.by_ref())
-                .all(|(theirs, ours)| theirs == *ours)
-            && ours.next().is_none();
-        let sides: Arc<[Side]> = if prefix {
-            let side: Vec<bool> = session.ids.iter().map(|id| !claimed(id)).collect();
-            side_ops(&session.nodes, &side, &session.quiet, &session.read_outside)
-        } else {
-            Arc::from([])
-        };
-        let aligned = prefix && session.ids.len() == by_id.len() + sides.len();
-        let follow = session.follow.take().filter(|_| prefix);
-        // NOTE [followed-view]: a step that followed its plan to the end recorded the plan's
-        // view op for op: that view is the pass's, shared, not built again (on Burn's
-        // `Lstm`, 4,700 ops, each copy of a view is about 0.8 MB of the step's heap).
-        let followed_view = follow
-            .as_ref()
-            .filter(|f| {
+    let (session_view, follow, sides, side_read, recorded_here, unclaimed_ops) =
+        with_thread(|thread| {
+            let mut cell = thread.session.borrow_mut();
+            let Some(session) = cell.as_mut() else {
+                return (None, None, Arc::from([]), false, false, None);
+            };
+            // Whether this thread recorded the pass's ops (its first, by id).
+            let recorded_here = by_id
+                .first()
+                .is_some_and(|&k| session.position(entries[k].id).is_some());
+            let side_read = std::mem::take(&mut session.free_side_read);
+            // NOTE [pass-compaction].
+            session.release_planner();
+            // NOTE [pass-index]: which of the session's ops the pass claimed, by one merge of
+            // two ascending lists of ids. The session's ops the pass claimed are the pass's
+            // first ops (the rest, a loss taken outside the budget, say, came after) when the
+            // session's first op is the pass's and no op of the pass outside the session comes
+            // before one inside it.
+            let (side, found) = unclaimed(&session.ids, by_id.iter().map(|&k| entries[k].id));
+            let prefix = side.first().is_some_and(|&s| !s) && found.leading == found.matched;
+            let sides: Arc<[Side]> = if prefix {
+                side_ops(&session.nodes, &side, &session.quiet, &session.read_outside)
+            } else {
+                Arc::from([])
+            };
+            let side = (side.len() == session.ids.len()).then_some(side);
+            let aligned = prefix && session.ids.len() == by_id.len() + sides.len();
+            let follow = session.follow.take().filter(|_| prefix);
+            // NOTE [followed-view]: a step that followed its plan to the end recorded the plan's
+            // view op for op: that view is the pass's, shared, not built again (on Burn's
+            // `Lstm`, 4,700 ops, each copy of a view is about 0.8 MB of the step's heap).
+            let followed_view = follow
+                .as_ref()
+                .filter(|f| {
+                    aligned
+                        && f.plan.view.len() == by_id.len()
+                        && f.plan.view.step_order() == step_order.as_slice()
+                })
+                .map(|f| f.plan.view.clone());
+            // NOTE [pass-compaction]: when every op of the session is the pass's, its entries
+            // are taken, not copied (the compaction below forgets them).
+            let view = followed_view.map(Ok).or_else(|| {
                 aligned
-                    && f.plan.view.len() == by_id.len()
-                    && f.plan.view.step_order() == step_order.as_slice()
-            })
-            .map(|f| f.plan.view.clone());
-        // NOTE [pass-compaction]: when every op of the session is the pass's, its entries
-        // are taken, not copied (the compaction below forgets them).
-        let view = followed_view.map(Ok).or_else(|| {
-            aligned
-                .then(|| {
-                    let listed = session.nodes.listed();
-                    if sides.is_empty() {
-                        Some(std::mem::take(listed))
-                    } else {
-                        // NOTE [split-sides].
-                        let mut nodes = std::mem::take(listed);
-                        match split_sides(&mut nodes, &sides) {
-                            Some(side_nodes) => {
-                                split = Some(side_nodes);
-                                Some(nodes)
-                            }
-                            None => {
-                                *listed = nodes;
-                                None
+                    .then(|| {
+                        let listed = session.nodes.listed();
+                        if sides.is_empty() {
+                            Some(std::mem::take(listed))
+                        } else {
+                            // NOTE [split-sides].
+                            let mut nodes = std::mem::take(listed);
+                            match split_sides(&mut nodes, &sides) {
+                                Some(side_nodes) => {
+                                    split = Some(side_nodes);
+                                    Some(nodes)
+                                }
+                                None => {
+                                    *listed = nodes;
+                                    None
+                                }
                             }
                         }
-                    }
-                })
-                .flatten()
-                .map(Err)
+                    })
+                    .flatten()
+                    .map(Err)
+            });
+            (view, follow, sides, side_read, recorded_here, side)
         });
-        (view, follow, sides, side_read, recorded_here)
-    });
     // The pass's inner backend, when it has one (a graph may span backends: NOTE
     // [op-times] in `cost.rs`, replay times are per backend).
     let mut backends = order.iter().map(|n| n.backend());
@@ -458,7 +472,13 @@ pub(crate) fn plan_pass(
     // whose backward runs later, say) hold bytes the whole time: the pass plans within what
     // they leave. When that is too little, the values of theirs that can be rebuilt go
     // first (their own passes rebuild them).
-    let mut outside = outside_bytes(|id| index(id).is_some(), false);
+    // By session position where the merge above marked the session's ops (NOTE
+    // [pass-index]), else by id.
+    let in_pass = |at: usize, id: &NodeId| match &unclaimed_ops {
+        Some(side) => !side[at],
+        None => index(id).is_some(),
+    };
+    let mut outside = outside_bytes(in_pass, false);
     let mut room = budget.saturating_sub(outside);
     // The online plan within what they leave, made once: it also says whether that is enough.
     let mut within_outside = None;
@@ -466,7 +486,7 @@ pub(crate) fn plan_pass(
         match planner::online_steps(&view, &held, room) {
             Ok(steps) => within_outside = Some(steps),
             Err(_) => {
-                outside = outside_bytes(|id| index(id).is_some(), true);
+                outside = outside_bytes(in_pass, true);
                 room = budget.saturating_sub(outside);
             }
         }
@@ -478,7 +498,8 @@ pub(crate) fn plan_pass(
     // is compacted here, before the pass plans, not once it ends. Held beside the view and
     // the pass's own planning, they were 3.3 MB of the first step's heap on Burn's `Lstm`
     // under half of K (128 steps; SaveAll's step peaks at 6.1 MB).
-    compact_thread_session(false);
+    compact_thread_session_claimed(unclaimed_ops.as_deref());
+    drop(unclaimed_ops);
     // A step that followed its plan to the end has the plan's view (NOTE [followed-view]),
     // and so its signature: hashing a view of 37,900 ops twice a step (here and in
     // `ran_last`) was 2% of a followed step of Burn's `Lstm` over 1,024 steps.
@@ -592,6 +613,41 @@ pub(crate) fn plan_pass(
         next_plan: next_plan.filter(|_| budget == full_budget),
     };
     (per_node, held_bytes, budget, pending)
+}
+
+/// How many of a pass's claimed ids a session's ids hold ([`unclaimed`]).
+#[derive(Debug, PartialEq, Eq)]
+struct Found {
+    /// Held by the session.
+    matched: usize,
+    /// Held by the session before the first one that is not.
+    leading: usize,
+}
+
+/// For each of a session's `ids` (ascending), whether the pass left it out (NOTE
+/// \[pass-index\]), and how many of the pass's `claimed` ids (ascending) it holds: one merge.
+fn unclaimed(ids: &[NodeId], claimed: impl Iterator<Item = NodeId>) -> (Vec<bool>, Found) {
+    let mut side = vec![true; ids.len()];
+    let mut found = Found {
+        matched: 0,
+        leading: 0,
+    };
+    let mut missed = false;
+    let mut at = 0;
+    for id in claimed {
+        while at < ids.len() && ids[at] < id {
+            at += 1;
+        }
+        if at < ids.len() && ids[at] == id {
+            side[at] = false;
+            found.matched += 1;
+            found.leading += usize::from(!missed);
+            at += 1;
+        } else {
+            missed = true;
+        }
+    }
+    (side, found)
 }
 
 /// Which of `view`'s values a step or a replay of the pass reads.
@@ -752,7 +808,7 @@ fn step_chunks(steps: planner::OnlineSteps, entries: &[Facts], len: usize) -> Ch
 /// The bytes held by this thread's live graphs recorded under a budget, outside the pass
 /// whose nodes are those `in_pass` says: values held and the constants of nodes not yet
 /// stepped. With `evict`, the values among them that can be rebuilt are dropped first.
-fn outside_bytes(in_pass: impl Fn(&NodeId) -> bool, evict: bool) -> u64 {
+fn outside_bytes(in_pass: impl Fn(usize, &NodeId) -> bool, evict: bool) -> u64 {
     let outside: Vec<(Arc<dyn BudgetNode>, u64, u64, bool)> = with_thread(|thread| {
         let cell = thread.session.borrow();
         let Some(session) = cell.as_ref() else {
@@ -763,7 +819,7 @@ fn outside_bytes(in_pass: impl Fn(&NodeId) -> bool, evict: bool) -> u64 {
             .iter()
             .zip(&session.ids)
             .enumerate()
-            .filter(|(_, (_, id))| !in_pass(id))
+            .filter(|(at, (_, id))| !in_pass(*at, id))
             .filter_map(|(at, (handle, _))| {
                 let node = handle.upgrade()?;
                 let entries = &session.nodes;
@@ -793,6 +849,30 @@ fn outside_bytes(in_pass: impl Fn(&NodeId) -> bool, evict: bool) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NOTE [pass-index]: the merge marks the session's ops the pass did not claim, and
+    /// counts the pass's ops the session holds, and those before the first it does not.
+    #[test]
+    fn the_merge_finds_the_pass_s_ops_among_the_session_s() {
+        let ids = |values: &[u64]| -> Vec<NodeId> {
+            values.iter().map(|&value| NodeId { value }).collect()
+        };
+        let session = ids(&[2, 4, 6, 8]);
+        let found = |claimed: &[u64]| unclaimed(&session, ids(claimed).into_iter());
+        let counts = |matched, leading| Found { matched, leading };
+        // The session's ops, then a loss's outside it.
+        assert_eq!(
+            found(&[2, 4, 8, 9, 10]),
+            (vec![false, false, true, false], counts(3, 3))
+        );
+        // An op outside the session before some inside it.
+        assert_eq!(
+            found(&[1, 2, 6]),
+            (vec![false, true, false, true], counts(2, 0))
+        );
+        assert_eq!(found(&[4, 5, 6]).1, counts(2, 1));
+        assert_eq!(found(&[]), (vec![true; 4], counts(0, 0)));
+    }
 
     #[test]
     fn equal_ops_are_costed_at_their_mean_and_the_smoothing_is_idempotent() {

@@ -132,12 +132,13 @@ pub(super) struct Session {
 // (`finish_node` in `ops/record.rs`, just before the session records it), a thread records
 // its ops one after another, and compaction keeps their order. A hash map from id to index
 // cost tens of bytes an op more (with its growth), heap that no budget counts
-// (docs/BUDGET.md).
+// (docs/BUDGET.md). The search gallops back from the newest id first: an op's inputs are
+// mostly the ops just before it, found in a few comparisons at the hot end of `ids`.
 
 impl Session {
     /// The session index of op `id`, if the session recorded it (NOTE \[session-ids\]).
     pub(super) fn position(&self, id: NodeId) -> Option<u32> {
-        self.ids.binary_search(&id).ok().map(|at| at as u32)
+        gallop_back(&self.ids, id).map(|at| at as u32)
     }
 
     fn new(budget_id: u32) -> Self {
@@ -168,10 +169,23 @@ impl Session {
     /// When the live values that cannot be rebuilt pass the budget (the session is then
     /// empty).
     pub(super) fn compact(&mut self, budget_id: u32) -> Result<(), planner::Error> {
+        self.compact_claimed(budget_id, None)
+    }
+
+    /// [`Session::compact`], where `left_out` (by session position, when given) marks the
+    /// ops a backward pass did not claim: the others are consumed, so not looked at (NOTE
+    /// \[pass-index\] in `pass.rs`).
+    fn compact_claimed(
+        &mut self,
+        budget_id: u32,
+        left_out: Option<&[bool]>,
+    ) -> Result<(), planner::Error> {
+        let left_out = left_out.filter(|l| l.len() == self.handles.len());
         let live: Vec<(usize, Arc<dyn BudgetNode>)> = self
             .handles
             .iter()
             .enumerate()
+            .filter(|&(i, _)| left_out.is_none_or(|l| l[i]))
             .filter_map(|(i, h)| h.upgrade().map(|n| (i, n)))
             .filter(|(_, n)| !n.is_consumed())
             .collect();
@@ -271,12 +285,22 @@ impl Session {
 /// (NOTE \[forward-overflow\]: the next step starts within the budget). When the live graphs
 /// pass the budget the session is dropped, and the next op recorded under it reports it.
 pub(super) fn compact_slot(slot: &mut Option<Session>, step_ended: bool) {
+    compact_slot_claimed(slot, step_ended, None);
+}
+
+/// [`compact_slot`], `left_out` marking the ops a backward pass did not claim (by session
+/// position: [`Session::compact_claimed`]).
+pub(super) fn compact_slot_claimed(
+    slot: &mut Option<Session>,
+    step_ended: bool,
+    left_out: Option<&[bool]>,
+) {
     if let Some(session) = slot.as_mut() {
         if step_ended {
             session.lower_raised();
         }
         let budget_id = session.budget_id;
-        if session.compact(budget_id).is_err() {
+        if session.compact_claimed(budget_id, left_out).is_err() {
             *slot = None;
         }
     }
@@ -397,7 +421,7 @@ impl Session {
 
     /// The planner's forward actions for op `index` (session positions), as what to carry
     /// out on the nodes.
-    fn to_apply(&self, actions: impl IntoIterator<Item = Action>, index: u32) -> Vec<Apply> {
+    fn to_apply(&self, actions: impl IntoIterator<Item = Action>, index: u32) -> Answer {
         actions
             .into_iter()
             .filter_map(|action| match action {
@@ -460,13 +484,17 @@ pub(crate) struct OpFacts {
     pub(crate) reads_output: bool,
     /// The constants on its edges the budget charges to it.
     pub(crate) fixed_bytes: u64,
-    /// Producers a replay reads.
-    pub(crate) inputs: Vec<NodeId>,
+    /// Producers a replay reads (in place for up to two: no allocation per op).
+    pub(crate) inputs: SmallVec<[NodeId; 2]>,
     /// Producers the backward step reads.
-    pub(crate) step_reads: Vec<NodeId>,
+    pub(crate) step_reads: SmallVec<[NodeId; 2]>,
     /// Its backward step reads no value (NOTE \[side-ops\] in `state.rs`).
     pub(crate) quiet: bool,
 }
+
+/// What the engine carries out on the nodes after an op is recorded (in place for up to two
+/// actions: no allocation per op on a planned step).
+pub(crate) type Answer = SmallVec<[Apply; 2]>;
 
 /// An op recorded under a budget, as the session sees it.
 pub(super) struct OpRecord {
@@ -592,6 +620,23 @@ impl Session {
     }
 }
 
+/// The index of `id` in the ascending `ids`, searched from the end: steps of 1, 2, 4, ...
+/// back until an id at most `id`, then a binary search within the last step (NOTE
+/// \[session-ids\]). O(log d) for an id `d` places from the end.
+fn gallop_back(ids: &[NodeId], id: NodeId) -> Option<usize> {
+    let n = ids.len();
+    let mut step = 1;
+    let mut hi = n; // `ids[hi..]` are above `id`
+    loop {
+        let lo = n.saturating_sub(step);
+        if lo == 0 || ids[lo] <= id {
+            return ids[lo..hi].binary_search(&id).ok().map(|at| lo + at);
+        }
+        hi = lo;
+        step *= 2;
+    }
+}
+
 /// Lists a recorded op's node, id and quietness at the session's next index.
 fn push_handle(session: &mut Session, handle: Weak<dyn BudgetNode>, id: NodeId, quiet: bool) {
     // NOTE [gentle-growth] in `planner/grow.rs`.
@@ -623,7 +668,7 @@ pub(super) fn record(
     memory: &mut Memory,
     op: OpRecord,
     elsewhere: &PlansElsewhere<'_>,
-) -> Result<Vec<Apply>, (u64, planner::Error)> {
+) -> Result<Answer, (u64, planner::Error)> {
     let OpRecord {
         id,
         handle,
@@ -770,7 +815,7 @@ pub(super) fn record(
     };
     push_handle(session, handle, id, quiet);
     if side {
-        return Ok(Vec::new());
+        return Ok(Answer::new());
     }
     let entry = online.expect("an op the plan does not cover is planned online");
     match session.dtr.on_compute_forgetting(entry) {
@@ -804,10 +849,32 @@ pub(super) fn record(
                 session.go_online(&held);
             }
             Ok(if keep_new {
-                vec![Apply::KeepOutput]
+                smallvec::smallvec![Apply::KeepOutput]
             } else {
-                Vec::new()
+                Answer::new()
             })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NodeId, gallop_back};
+
+    /// The galloping search finds what a binary search finds, for every id in and between
+    /// the listed ones, on lists of every length up to 70 (NOTE [session-ids]).
+    #[test]
+    fn galloping_back_finds_what_a_binary_search_finds() {
+        for n in 0..70u64 {
+            let ids: Vec<NodeId> = (0..n).map(|k| NodeId { value: 3 * k + 1 }).collect();
+            for value in 0..=3 * n + 2 {
+                let id = NodeId { value };
+                assert_eq!(
+                    gallop_back(&ids, id),
+                    ids.binary_search(&id).ok(),
+                    "{value} among {n} ids"
+                );
+            }
         }
     }
 }

@@ -152,7 +152,8 @@ impl Thread {
             consumed: AtomicBool::new(false),
         });
         let id = NodeId::new();
-        let reads: Vec<NodeId> = op.reads.map(|r| self.ids[r]).into_iter().collect();
+        let reads: smallvec::SmallVec<[NodeId; 2]> =
+            op.reads.map(|r| self.ids[r]).into_iter().collect();
         let handle: Weak<dyn BudgetNode> = Arc::downgrade(&(node.clone() as Arc<dyn BudgetNode>));
         let record = OpRecord {
             id,

@@ -100,12 +100,24 @@ pub(super) fn compact_thread_session(step_ended: bool) {
     with_thread(|thread| session::compact_slot(&mut thread.session.borrow_mut(), step_ended));
 }
 
+/// [`compact_thread_session`] as a backward pass starts, `left_out` marking the session's ops
+/// the pass did not claim (by session position): the others are consumed, not looked at.
+pub(super) fn compact_thread_session_claimed(left_out: Option<&[bool]>) {
+    with_thread(|thread| {
+        session::compact_slot_claimed(&mut thread.session.borrow_mut(), false, left_out)
+    });
+}
+
 /// What an op recorded under a budget reads and produces, before its node exists: its
 /// facts, and the values of its inputs it has in hand (they may be kept now).
 pub(crate) struct Recorded<B: Backend> {
     pub(crate) facts: OpFacts,
-    pub(crate) in_hand: Vec<(Arc<Node<B>>, FloatTensor<B>)>,
+    pub(crate) in_hand: InHand<B>,
 }
+
+/// The values of an op's inputs held in hand while it is recorded (NOTE \[in-place-forward\]
+/// in `session.rs`), with their producers: in place for up to two, no allocation per op.
+pub(crate) type InHand<B> = smallvec::SmallVec<[(Arc<Node<B>>, FloatTensor<B>); 2]>;
 
 /// Makes room, before an op recorded under budget `budget_id` holds `bytes` of constants on
 /// its edges (they are counted from then on): the planner's online eviction drops values
