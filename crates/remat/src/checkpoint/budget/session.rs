@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
-use super::entries::{Entries, position, view_node};
+use super::entries::{Entries, partition_point_back, position, view_node};
 use super::state::{LAST_BUDGET, Memory, Side, bytes_of};
 use super::stop::need_of;
 use crate::graph::{BudgetNode, NodeId};
@@ -133,12 +133,14 @@ pub(super) struct Session {
 // its ops one after another, and compaction keeps their order. A hash map from id to index
 // cost tens of bytes an op more (with its growth), heap that no budget counts
 // (docs/BUDGET.md). The search gallops back from the newest id first: an op's inputs are
-// mostly the ops just before it, found in a few comparisons at the hot end of `ids`.
+// mostly the ops just before it, found in a few comparisons at the hot end of `ids`
+// (`partition_point_back` in `entries.rs`, which the side ops' lookups use too).
 
 impl Session {
     /// The session index of op `id`, if the session recorded it (NOTE \[session-ids\]).
     pub(super) fn position(&self, id: NodeId) -> Option<u32> {
-        gallop_back(&self.ids, id).map(|at| at as u32)
+        let at = partition_point_back(&self.ids, |&other| other < id);
+        (self.ids.get(at) == Some(&id)).then_some(at as u32)
     }
 
     fn new(budget_id: u32) -> Self {
@@ -620,23 +622,6 @@ impl Session {
     }
 }
 
-/// The index of `id` in the ascending `ids`, searched from the end: steps of 1, 2, 4, ...
-/// back until an id at most `id`, then a binary search within the last step (NOTE
-/// \[session-ids\]). O(log d) for an id `d` places from the end.
-fn gallop_back(ids: &[NodeId], id: NodeId) -> Option<usize> {
-    let n = ids.len();
-    let mut step = 1;
-    let mut hi = n; // `ids[hi..]` are above `id`
-    loop {
-        let lo = n.saturating_sub(step);
-        if lo == 0 || ids[lo] <= id {
-            return ids[lo..hi].binary_search(&id).ok().map(|at| lo + at);
-        }
-        hi = lo;
-        step *= 2;
-    }
-}
-
 /// Lists a recorded op's node, id and quietness at the session's next index.
 fn push_handle(session: &mut Session, handle: Weak<dyn BudgetNode>, id: NodeId, quiet: bool) {
     // NOTE [gentle-growth] in `planner/grow.rs`.
@@ -859,20 +844,19 @@ pub(super) fn record(
 
 #[cfg(test)]
 mod tests {
-    use super::{NodeId, gallop_back};
+    use super::partition_point_back;
 
-    /// The galloping search finds what a binary search finds, for every id in and between
-    /// the listed ones, on lists of every length up to 70 (NOTE [session-ids]).
+    /// The search from the end finds what `partition_point` finds, on every prefix length
+    /// of lists of every length up to 70 (NOTE [session-ids]).
     #[test]
-    fn galloping_back_finds_what_a_binary_search_finds() {
-        for n in 0..70u64 {
-            let ids: Vec<NodeId> = (0..n).map(|k| NodeId { value: 3 * k + 1 }).collect();
+    fn searching_from_the_end_finds_what_a_binary_search_finds() {
+        for n in 0..70u32 {
+            let list: Vec<u32> = (0..n).map(|k| 3 * k + 1).collect();
             for value in 0..=3 * n + 2 {
-                let id = NodeId { value };
                 assert_eq!(
-                    gallop_back(&ids, id),
-                    ids.binary_search(&id).ok(),
-                    "{value} among {n} ids"
+                    partition_point_back(&list, |&x| x < value),
+                    list.partition_point(|&x| x < value),
+                    "{value} among {n}"
                 );
             }
         }
