@@ -1,14 +1,13 @@
 //! Element-wise ops of two tensors, with broadcasting. All are [`Cost::Cheap`].
 //!
 //! Gradients of broadcast inputs are summed back to the input's shape
-//! ([`unbroadcast`](super::common::unbroadcast)).
+//! ([`Broadcast`](super::common::Broadcast)).
 
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{Backend, TensorMetadata};
-use burn_std::Shape;
 use smallvec::smallvec;
 
-use super::common::{scalar, unbroadcast};
+use super::common::{Broadcast, scalar};
 use super::record::record;
 use super::unary::take2;
 use crate::graph::{Cost, OpInfo};
@@ -32,8 +31,8 @@ pub(crate) enum Binary {
 #[derive(Debug)]
 struct BinaryRule {
     op: Binary,
-    /// `Some` only when the two input shapes differ (a broadcast happened).
-    shapes: Option<Box<(Shape, Shape)>>,
+    /// Kept only when the two input shapes differ (a broadcast happened).
+    shapes: Broadcast,
 }
 
 fn apply<B: Backend>(
@@ -43,7 +42,8 @@ fn apply<B: Backend>(
     rhs: AutodiffTensor<B>,
 ) -> AutodiffTensor<B> {
     let (ls, rs) = (lhs.primitive.shape(), rhs.primitive.shape());
-    let shapes = (ls != rs).then(|| Box::new((ls, rs)));
+    let differ = ls != rs;
+    let shapes = Broadcast::new(ls, rs, differ);
     record(BinaryRule { op, shapes }, smallvec![lhs, rhs], balanced)
 }
 
@@ -181,19 +181,10 @@ impl<B: Backend> Rule<B> for BinaryRule {
             }
         };
         if let Some(gl) = gl {
-            cx.set(0, self.unbroadcast::<B>(gl, 0));
+            cx.set(0, self.shapes.undo::<B>(gl, 0));
         }
         if let Some(gr) = gr {
-            cx.set(1, self.unbroadcast::<B>(gr, 1));
-        }
-    }
-}
-
-impl BinaryRule {
-    fn unbroadcast<B: Backend>(&self, grad: FloatTensor<B>, side: usize) -> FloatTensor<B> {
-        match &self.shapes {
-            None => grad,
-            Some(shapes) => unbroadcast::<B>(grad, if side == 0 { &shapes.0 } else { &shapes.1 }),
+            cx.set(1, self.shapes.undo::<B>(gr, 1));
         }
     }
 }

@@ -19,6 +19,29 @@ pub(crate) fn zeros_like<B: Backend>(like: &FloatTensor<B>) -> FloatTensor<B> {
     B::float_zeros(like.shape(), &like.device(), like.dtype().into())
 }
 
+/// The input shapes of a two-input op whose inputs may broadcast, kept only where a
+/// broadcast may have happened: one word in the op's rule, the shapes boxed (FIXME
+/// \[tape-bytes\] in ARCHITECTURE.md: most binary ops and products broadcast nothing, and
+/// two shapes in place are 96 bytes of every such node).
+#[derive(Debug)]
+pub(crate) struct Broadcast(Option<Box<(Shape, Shape)>>);
+
+impl Broadcast {
+    /// The shapes `lhs` and `rhs`, kept when `may_broadcast`.
+    pub(crate) fn new(lhs: Shape, rhs: Shape, may_broadcast: bool) -> Self {
+        Self(may_broadcast.then(|| Box::new((lhs, rhs))))
+    }
+
+    /// `grad`, the gradient of input `side` (0 or 1), summed down to that input's shape
+    /// ([`unbroadcast`]); as it is where nothing broadcast.
+    pub(crate) fn undo<B: Backend>(&self, grad: FloatTensor<B>, side: usize) -> FloatTensor<B> {
+        match &self.0 {
+            None => grad,
+            Some(shapes) => unbroadcast::<B>(grad, if side == 0 { &shapes.0 } else { &shapes.1 }),
+        }
+    }
+}
+
 /// Sums `grad` down to `shape`, undoing broadcasting: dims of size 1 in `shape` that are
 /// larger in `grad` are summed (kept as size 1), and leading dims `shape` lacks are summed
 /// away.

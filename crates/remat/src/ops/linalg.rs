@@ -2,14 +2,14 @@
 //! [`Cost::Compute`], as in Burn.
 //!
 //! Gradients of broadcast inputs are summed back to the input's shape
-//! ([`unbroadcast`](super::common::unbroadcast)).
+//! ([`Broadcast`](super::common::Broadcast)).
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 use burn_std::Shape;
 use smallvec::smallvec;
 
-use super::common::unbroadcast;
+use super::common::Broadcast;
 use super::record::record;
 use super::unary::take2;
 use crate::graph::{Cost, OpInfo};
@@ -29,11 +29,10 @@ enum Linalg {
 #[derive(Debug)]
 struct LinalgRule {
     op: Linalg,
-    /// The input shapes, `Some` only when a broadcast may have happened: a matrix product's
-    /// batch dims differ, or a cross product's shapes. Without one each gradient has its
-    /// input's shape already. Boxed: a node of most products keeps 24 bytes of rule, not
-    /// 112 (FIXME \[tape-bytes\] in ARCHITECTURE.md; Burn's `Linear` on a `[batch, in]` input).
-    shapes: Option<Box<(Shape, Shape)>>,
+    /// Kept only when a broadcast may have happened: a matrix product's batch dims differ,
+    /// or a cross product's shapes. A node of most products keeps 24 bytes of rule, not 112
+    /// (Burn's `Linear` on a `[batch, in]` input).
+    shapes: Broadcast,
 }
 
 fn apply<B: Backend>(
@@ -49,7 +48,7 @@ fn apply<B: Backend>(
     };
     let rule = LinalgRule {
         op,
-        shapes: broadcast.then(|| Box::new((ls, rs))),
+        shapes: Broadcast::new(ls, rs, broadcast),
     };
     record(rule, smallvec![lhs, rhs], balanced)
 }
@@ -128,18 +127,11 @@ impl<B: Backend> Rule<B> for LinalgRule {
                 (gl, gr)
             }
         };
-        let (gl, gr) = match &self.shapes {
-            Some(shapes) => (
-                gl.map(|gl| unbroadcast::<B>(gl, &shapes.0)),
-                gr.map(|gr| unbroadcast::<B>(gr, &shapes.1)),
-            ),
-            None => (gl, gr),
-        };
         if let Some(gl) = gl {
-            cx.set(0, gl);
+            cx.set(0, self.shapes.undo::<B>(gl, 0));
         }
         if let Some(gr) = gr {
-            cx.set(1, gr);
+            cx.set(1, self.shapes.undo::<B>(gr, 1));
         }
     }
 }
