@@ -165,7 +165,7 @@ pub(crate) fn after_pass(pending: Pending, completed: bool) {
         with_thread(|thread| thread.failed_need.set(0));
         // Compacted before the next steps' plan is made: the session's planner and entries
         // of the pass's nodes are freed first (NOTE [pass-compaction] in `pass.rs`).
-        compact_thread_session(true);
+        compact_thread_session(true, None);
     }
     let unchanged = cost::replay_samples() == pending.samples;
     let view = if unchanged {

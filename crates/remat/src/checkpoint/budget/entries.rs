@@ -68,7 +68,7 @@ struct Followed {
 /// The view's node at session position `at` of a step whose side ops are `sides`, or
 /// `Err(k)` when side op `k` is there.
 pub(super) fn view_node(sides: &[Side], at: u32) -> Result<u32, usize> {
-    let k = partition_point_back(sides, |side| side.at < at);
+    let k = sides.partition_point(|side| side.at < at);
     match sides.get(k) {
         Some(side) if side.at == at => Err(k),
         _ => Ok(at - k as u32),
@@ -77,29 +77,7 @@ pub(super) fn view_node(sides: &[Side], at: u32) -> Result<u32, usize> {
 
 /// The session position of the view's node `v` of a step whose side ops are `sides`.
 pub(super) fn position(sides: &[Side], v: u32) -> u32 {
-    v + partition_point_back(sides, |side| side.before <= v) as u32
-}
-
-/// `slice.partition_point(pred)` (`pred` holds on a prefix of `slice`), searched from the
-/// end: steps of 1, 2, 4, ... back until `pred` holds, then a binary search within the last
-/// step. O(log d) for an answer `d` places from the end: a recorded op reads the ops just
-/// before it, and a session's lookups (its ids, its side ops) are mostly of those (NOTE
-/// \[session-ids\] in `session.rs`).
-pub(super) fn partition_point_back<T>(slice: &[T], pred: impl Fn(&T) -> bool) -> usize {
-    let n = slice.len();
-    let mut hi = n; // `pred` fails on `slice[hi..]`
-    let mut step = 1;
-    loop {
-        let lo = n.saturating_sub(step);
-        if lo == 0 {
-            return slice[..hi].partition_point(&pred);
-        }
-        if pred(&slice[lo]) {
-            return lo + 1 + slice[lo + 1..hi].partition_point(&pred);
-        }
-        hi = lo;
-        step *= 2;
-    }
+    v + sides.partition_point(|side| side.before <= v) as u32
 }
 
 impl Entries {

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 use super::entries::Entries;
 use super::session::Follow;
 use super::state::{LAST_BUDGET, Side, bytes_of, estimate, shared_plans};
-use super::thread::{compact_thread_session_claimed, ran_last, stop, with_thread};
+use super::thread::{compact_thread_session, ran_last, stop, with_thread};
 use crate::checkpoint::cost;
 use crate::graph::{BudgetNode, GraphNode, NodeId, ScheduleFacts};
 use crate::planner::{self, Action, BackwardPlan, GraphView, ScheduleIndex};
@@ -328,7 +328,7 @@ pub(crate) fn plan_pass(
         with_thread(|thread| {
             let mut cell = thread.session.borrow_mut();
             let Some(session) = cell.as_mut() else {
-                return (None, None, Arc::from([]), false, false, None);
+                return (None, None, Arc::from([]), false, false, Vec::new());
             };
             // Whether this thread recorded the pass's ops (its first, by id).
             let recorded_here = by_id
@@ -349,7 +349,6 @@ pub(crate) fn plan_pass(
             } else {
                 Arc::from([])
             };
-            let side = (side.len() == session.ids.len()).then_some(side);
             let aligned = prefix && session.ids.len() == by_id.len() + sides.len();
             let follow = session.follow.take().filter(|_| prefix);
             // NOTE [followed-view]: a step that followed its plan to the end recorded the plan's
@@ -472,13 +471,7 @@ pub(crate) fn plan_pass(
     // whose backward runs later, say) hold bytes the whole time: the pass plans within what
     // they leave. When that is too little, the values of theirs that can be rebuilt go
     // first (their own passes rebuild them).
-    // By session position where the merge above marked the session's ops (NOTE
-    // [pass-index]), else by id.
-    let in_pass = |at: usize, id: &NodeId| match &unclaimed_ops {
-        Some(side) => !side[at],
-        None => index(id).is_some(),
-    };
-    let mut outside = outside_bytes(in_pass, false);
+    let mut outside = outside_bytes(&unclaimed_ops, false);
     let mut room = budget.saturating_sub(outside);
     // The online plan within what they leave, made once: it also says whether that is enough.
     let mut within_outside = None;
@@ -486,7 +479,7 @@ pub(crate) fn plan_pass(
         match planner::online_steps(&view, &held, room) {
             Ok(steps) => within_outside = Some(steps),
             Err(_) => {
-                outside = outside_bytes(in_pass, true);
+                outside = outside_bytes(&unclaimed_ops, true);
                 room = budget.saturating_sub(outside);
             }
         }
@@ -498,7 +491,7 @@ pub(crate) fn plan_pass(
     // is compacted here, before the pass plans, not once it ends. Held beside the view and
     // the pass's own planning, they were 3.3 MB of the first step's heap on Burn's `Lstm`
     // under half of K (128 steps; SaveAll's step peaks at 6.1 MB).
-    compact_thread_session_claimed(unclaimed_ops.as_deref());
+    compact_thread_session(false, Some(&unclaimed_ops));
     drop(unclaimed_ops);
     // A step that followed its plan to the end has the plan's view (NOTE [followed-view]),
     // and so its signature: hashing a view of 37,900 ops twice a step (here and in
@@ -805,10 +798,11 @@ fn step_chunks(steps: planner::OnlineSteps, entries: &[Facts], len: usize) -> Ch
     }
 }
 
-/// The bytes held by this thread's live graphs recorded under a budget, outside the pass
-/// whose nodes are those `in_pass` says: values held and the constants of nodes not yet
-/// stepped. With `evict`, the values among them that can be rebuilt are dropped first.
-fn outside_bytes(in_pass: impl Fn(usize, &NodeId) -> bool, evict: bool) -> u64 {
+/// The bytes held by this thread's live graphs recorded under a budget, outside the pass:
+/// of the session's ops `left_out` marks or does not list (by session position: NOTE
+/// \[pass-index\]), the values held and the constants of those not yet stepped. With
+/// `evict`, the values among them that can be rebuilt are dropped first.
+fn outside_bytes(left_out: &[bool], evict: bool) -> u64 {
     let outside: Vec<(Arc<dyn BudgetNode>, u64, u64, bool)> = with_thread(|thread| {
         let cell = thread.session.borrow();
         let Some(session) = cell.as_ref() else {
@@ -817,10 +811,9 @@ fn outside_bytes(in_pass: impl Fn(usize, &NodeId) -> bool, evict: bool) -> u64 {
         session
             .handles
             .iter()
-            .zip(&session.ids)
             .enumerate()
-            .filter(|(at, (_, id))| !in_pass(*at, id))
-            .filter_map(|(at, (handle, _))| {
+            .filter(|&(at, _)| left_out.get(at) != Some(&false))
+            .filter_map(|(at, handle)| {
                 let node = handle.upgrade()?;
                 let entries = &session.nodes;
                 (!node.is_consumed()).then(|| {

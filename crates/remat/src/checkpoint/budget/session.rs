@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
-use super::entries::{Entries, partition_point_back, position, view_node};
+use super::entries::{Entries, position, view_node};
 use super::state::{LAST_BUDGET, Memory, Side, bytes_of};
 use super::stop::need_of;
 use crate::graph::{BudgetNode, NodeId};
@@ -132,15 +132,12 @@ pub(super) struct Session {
 // (`finish_node` in `ops/record.rs`, just before the session records it), a thread records
 // its ops one after another, and compaction keeps their order. A hash map from id to index
 // cost tens of bytes an op more (with its growth), heap that no budget counts
-// (docs/BUDGET.md). The search gallops back from the newest id first: an op's inputs are
-// mostly the ops just before it, found in a few comparisons at the hot end of `ids`
-// (`partition_point_back` in `entries.rs`, which the side ops' lookups use too).
+// (docs/BUDGET.md).
 
 impl Session {
     /// The session index of op `id`, if the session recorded it (NOTE \[session-ids\]).
     pub(super) fn position(&self, id: NodeId) -> Option<u32> {
-        let at = partition_point_back(&self.ids, |&other| other < id);
-        (self.ids.get(at) == Some(&id)).then_some(at as u32)
+        self.ids.binary_search(&id).ok().map(|at| at as u32)
     }
 
     fn new(budget_id: u32) -> Self {
@@ -170,14 +167,10 @@ impl Session {
     /// # Errors
     /// When the live values that cannot be rebuilt pass the budget (the session is then
     /// empty).
-    pub(super) fn compact(&mut self, budget_id: u32) -> Result<(), planner::Error> {
-        self.compact_claimed(budget_id, None)
-    }
-
-    /// [`Session::compact`], where `left_out` (by session position, when given) marks the
-    /// ops a backward pass did not claim: the others are consumed, so not looked at (NOTE
-    /// \[pass-index\] in `pass.rs`).
-    fn compact_claimed(
+    ///
+    /// `left_out` (by session position, when given) marks the ops a backward pass did not
+    /// claim: the others are consumed, so not looked at (NOTE \[pass-index\] in `pass.rs`).
+    pub(super) fn compact(
         &mut self,
         budget_id: u32,
         left_out: Option<&[bool]>,
@@ -286,13 +279,9 @@ impl Session {
 /// those that died. With `step_ended`, the bound the step's forward pass raised ends first
 /// (NOTE \[forward-overflow\]: the next step starts within the budget). When the live graphs
 /// pass the budget the session is dropped, and the next op recorded under it reports it.
-pub(super) fn compact_slot(slot: &mut Option<Session>, step_ended: bool) {
-    compact_slot_claimed(slot, step_ended, None);
-}
-
-/// [`compact_slot`], `left_out` marking the ops a backward pass did not claim (by session
-/// position: [`Session::compact_claimed`]).
-pub(super) fn compact_slot_claimed(
+/// `left_out`: the ops a backward pass did not claim, by session position
+/// ([`Session::compact`]).
+pub(super) fn compact_slot(
     slot: &mut Option<Session>,
     step_ended: bool,
     left_out: Option<&[bool]>,
@@ -302,7 +291,7 @@ pub(super) fn compact_slot_claimed(
             session.lower_raised();
         }
         let budget_id = session.budget_id;
-        if session.compact_claimed(budget_id, left_out).is_err() {
+        if session.compact(budget_id, left_out).is_err() {
             *slot = None;
         }
     }
@@ -690,7 +679,7 @@ pub(super) fn record(
     let grown = session.handles.len() >= session.compact_at && session.follow.is_none();
     if session.budget_id != budget_id || grown || dropped_before {
         let budget = bytes_of(budget_id);
-        if let Err(error) = session.compact(budget_id) {
+        if let Err(error) = session.compact(budget_id, None) {
             *slot = None;
             return Err((budget, error));
         }
@@ -815,7 +804,7 @@ pub(super) fn record(
             // [forward-overflow]).
             let before = session.handles.len();
             let budget = session.budget;
-            if let Err(error) = session.compact(budget_id) {
+            if let Err(error) = session.compact(budget_id, None) {
                 *slot = None;
                 return Err((budget, error));
             }
@@ -838,27 +827,6 @@ pub(super) fn record(
             } else {
                 Answer::new()
             })
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::partition_point_back;
-
-    /// The search from the end finds what `partition_point` finds, on every prefix length
-    /// of lists of every length up to 70 (NOTE [session-ids]).
-    #[test]
-    fn searching_from_the_end_finds_what_a_binary_search_finds() {
-        for n in 0..70u32 {
-            let list: Vec<u32> = (0..n).map(|k| 3 * k + 1).collect();
-            for value in 0..=3 * n + 2 {
-                assert_eq!(
-                    partition_point_back(&list, |&x| x < value),
-                    list.partition_point(|&x| x < value),
-                    "{value} among {n}"
-                );
-            }
         }
     }
 }

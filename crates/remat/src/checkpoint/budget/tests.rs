@@ -132,7 +132,7 @@ impl Thread {
             node.consumed.store(true, Ordering::Relaxed);
             node.held.store(false, Ordering::Relaxed);
         }
-        session::compact_slot(&mut self.session, true);
+        session::compact_slot(&mut self.session, true, None);
         self.nodes.clear();
         self.ids.clear();
     }

@@ -96,15 +96,9 @@ pub(super) fn ran_last(
 }
 
 /// Compacts this thread's session (see [`session::compact_slot`]).
-pub(super) fn compact_thread_session(step_ended: bool) {
-    with_thread(|thread| session::compact_slot(&mut thread.session.borrow_mut(), step_ended));
-}
-
-/// [`compact_thread_session`] as a backward pass starts, `left_out` marking the session's ops
-/// the pass did not claim (by session position): the others are consumed, not looked at.
-pub(super) fn compact_thread_session_claimed(left_out: Option<&[bool]>) {
+pub(super) fn compact_thread_session(step_ended: bool, left_out: Option<&[bool]>) {
     with_thread(|thread| {
-        session::compact_slot_claimed(&mut thread.session.borrow_mut(), false, left_out)
+        session::compact_slot(&mut thread.session.borrow_mut(), step_ended, left_out)
     });
 }
 
