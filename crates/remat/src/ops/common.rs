@@ -19,17 +19,78 @@ pub(crate) fn zeros_like<B: Backend>(like: &FloatTensor<B>) -> FloatTensor<B> {
     B::float_zeros(like.shape(), &like.device(), like.dtype().into())
 }
 
+/// A shape a rule keeps for its backward step or its replay, in 24 bytes where Burn's
+/// [`Shape`] takes 48 (NOTE [compact-shapes]): up to five dims that each fit in a `u32` in
+/// place, any other shape boxed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Dims {
+    /// `dims[..rank]`.
+    Small { rank: u8, dims: [u32; SMALL_RANK] },
+    /// Any other shape.
+    Large(Box<[usize]>),
+}
+
+/// The largest rank [`Dims`] keeps in place.
+const SMALL_RANK: usize = 5;
+
+// NOTE [compact-shapes]: every recorded op keeps its rule until its backward step, so a
+// rule's bytes are paid once per op of the graph, and on graphs of small ops (an unrolled
+// RNN of 4 KiB values) the graph's bookkeeping is most of what a step holds under a budget
+// (FIXME [tape-bytes] in ARCHITECTURE.md). A reshape kept two `Shape`s (104 bytes of rule),
+// a broadcasting binary op a boxed pair (96 bytes). `Dims` keeps the same dims in half the
+// bytes and rebuilds a `Shape` (in place up to five dims, no allocation) when the backward
+// step or a replay needs one. The conversion is exact: a dim that does not fit in a `u32`
+// sends the shape to the boxed form (`dims_round_trip`).
+
+impl Dims {
+    /// The dims of `shape`.
+    pub(crate) fn new(shape: &Shape) -> Self {
+        let rank = shape.num_dims();
+        if rank <= SMALL_RANK {
+            let mut dims = [0u32; SMALL_RANK];
+            let fits = shape
+                .iter()
+                .zip(&mut dims)
+                .all(|(&dim, small)| u32::try_from(dim).map(|d| *small = d).is_ok());
+            if fits {
+                return Dims::Small {
+                    rank: rank as u8,
+                    dims,
+                };
+            }
+        }
+        Dims::Large(shape.iter().copied().collect())
+    }
+
+    /// The shape, as Burn's kernels take it.
+    pub(crate) fn shape(&self) -> Shape {
+        match self {
+            Dims::Small { rank, dims } => dims[..*rank as usize]
+                .iter()
+                .map(|&dim| dim as usize)
+                .collect(),
+            Dims::Large(dims) => dims.iter().copied().collect(),
+        }
+    }
+}
+
+impl From<Shape> for Dims {
+    fn from(shape: Shape) -> Self {
+        Dims::new(&shape)
+    }
+}
+
 /// The input shapes of a two-input op whose inputs may broadcast, kept only where a
 /// broadcast may have happened: one word in the op's rule, the shapes boxed (FIXME
-/// \[tape-bytes\] in ARCHITECTURE.md: most binary ops and products broadcast nothing, and
-/// two shapes in place are 96 bytes of every such node).
+/// \[tape-bytes\] in ARCHITECTURE.md: most binary ops and products broadcast nothing; NOTE
+/// [compact-shapes]).
 #[derive(Debug)]
-pub(crate) struct Broadcast(Option<Box<(Shape, Shape)>>);
+pub(crate) struct Broadcast(Option<Box<[Dims; 2]>>);
 
 impl Broadcast {
     /// The shapes `lhs` and `rhs`, kept when `may_broadcast`.
     pub(crate) fn new(lhs: Shape, rhs: Shape, may_broadcast: bool) -> Self {
-        Self(may_broadcast.then(|| Box::new((lhs, rhs))))
+        Self(may_broadcast.then(|| Box::new([Dims::new(&lhs), Dims::new(&rhs)])))
     }
 
     /// `grad`, the gradient of input `side` (0 or 1), summed down to that input's shape
@@ -37,7 +98,7 @@ impl Broadcast {
     pub(crate) fn undo<B: Backend>(&self, grad: FloatTensor<B>, side: usize) -> FloatTensor<B> {
         match &self.0 {
             None => grad,
-            Some(shapes) => unbroadcast::<B>(grad, if side == 0 { &shapes.0 } else { &shapes.1 }),
+            Some(shapes) => unbroadcast::<B>(grad, &shapes[side].shape()),
         }
     }
 }
@@ -108,4 +169,33 @@ pub(crate) fn sum_to_channels<B: Backend>(grad: FloatTensor<B>) -> FloatTensor<B
 /// The default int dtype of `tensor`'s device (for indices built in forward or backward).
 pub(crate) fn int_dtype<B: Backend>(tensor: &FloatTensor<B>) -> burn_std::IntDType {
     get_or_init_device_settings::<B>(&tensor.device()).int_dtype
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kept shape is the shape it was made from, in place or boxed (NOTE
+    /// [compact-shapes]), and half the bytes of Burn's.
+    #[test]
+    fn dims_round_trip() {
+        let shapes = [
+            Shape::new([]),
+            Shape::new([3]),
+            Shape::new([16, 64]),
+            Shape::new([2, 3, 4, 5, 6]),
+            Shape::new([2, 3, 4, 5, 6, 7]),
+            Shape::new([1 << 33, 2]),
+            Shape::new([u32::MAX as usize, 0, 1]),
+        ];
+        for shape in shapes {
+            let dims = Dims::new(&shape);
+            assert_eq!(dims.shape(), shape);
+            let small =
+                shape.num_dims() <= SMALL_RANK && shape.iter().all(|&d| d <= u32::MAX as usize);
+            assert_eq!(matches!(dims, Dims::Small { .. }), small, "{shape:?}");
+        }
+        assert_eq!(core::mem::size_of::<Dims>(), 24);
+        assert_eq!(core::mem::size_of::<Broadcast>(), 8);
+    }
 }

@@ -17,7 +17,7 @@ use burn_backend::{Backend, TensorMetadata, get_or_init_device_settings};
 use burn_std::{IndexingUpdateOp, Scalar, Shape, Slice};
 use smallvec::smallvec;
 
-use super::common::{bool_dtype, scalar, unbroadcast};
+use super::common::{Dims, bool_dtype, scalar, unbroadcast};
 use super::record::record;
 use super::unary::{take1, take2};
 use crate::graph::{Cost, OpInfo};
@@ -181,7 +181,7 @@ pub(crate) fn slice<B: Backend>(
     tensor: AutodiffTensor<B>,
     slices: &[Slice],
 ) -> AutodiffTensor<B> {
-    let from = tensor.primitive.shape();
+    let from = tensor.primitive.shape().into();
     let rule = SliceRead {
         slices: slices.to_vec(),
         from,
@@ -196,7 +196,7 @@ pub(crate) fn slice_assign<B: Backend>(
     slices: &[Slice],
     value: AutodiffTensor<B>,
 ) -> AutodiffTensor<B> {
-    let value_shape = value.primitive.shape();
+    let value_shape = value.primitive.shape().into();
     let rule = SliceAssign {
         slices: slices.to_vec(),
         value_shape,
@@ -366,7 +366,7 @@ impl<B: Backend> Rule<B> for Update<B> {
 #[derive(Debug)]
 struct SliceRead {
     slices: Vec<Slice>,
-    from: Shape,
+    from: Dims,
 }
 
 impl<B: Backend> Rule<B> for SliceRead {
@@ -388,7 +388,7 @@ impl<B: Backend> Rule<B> for SliceRead {
 
     // The gradient lands in the sliced positions, zero elsewhere.
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
-        let zeros = B::float_zeros(self.from.clone(), &g.device(), g.dtype().into());
+        let zeros = B::float_zeros(self.from.shape(), &g.device(), g.dtype().into());
         cx.set(0, B::float_slice_assign(zeros, &self.slices, g));
     }
 }
@@ -397,7 +397,7 @@ impl<B: Backend> Rule<B> for SliceRead {
 #[derive(Debug)]
 struct SliceAssign {
     slices: Vec<Slice>,
-    value_shape: Shape,
+    value_shape: Dims,
 }
 
 impl<B: Backend> Rule<B> for SliceAssign {
@@ -423,7 +423,7 @@ impl<B: Backend> Rule<B> for SliceAssign {
             cx.set(1, B::float_slice(g.clone(), &self.slices));
         }
         if cx.needs_grad(0) {
-            let zeros = B::float_zeros(self.value_shape.clone(), &g.device(), g.dtype().into());
+            let zeros = B::float_zeros(self.value_shape.shape(), &g.device(), g.dtype().into());
             cx.set(0, B::float_slice_assign(g, &self.slices, zeros));
         }
     }

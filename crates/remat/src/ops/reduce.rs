@@ -15,7 +15,7 @@ use burn_backend::{Backend, TensorMetadata};
 use burn_std::{IndexingUpdateOp, IntDType, Shape, Slice};
 use smallvec::smallvec;
 
-use super::common::{bool_dtype, int_dtype, scalar, zeros_like};
+use super::common::{Dims, bool_dtype, int_dtype, scalar, zeros_like};
 use super::record::{record, record_computed};
 use super::unary::take1;
 use crate::graph::{Cost, OpInfo};
@@ -42,11 +42,11 @@ enum Reduce {
 #[derive(Debug)]
 struct ReduceRule {
     op: Reduce,
-    shape: Shape,
+    shape: Dims,
 }
 
 fn reduce<B: Backend>(balanced: bool, op: Reduce, tensor: AutodiffTensor<B>) -> AutodiffTensor<B> {
-    let shape = tensor.primitive.shape();
+    let shape = tensor.primitive.shape().into();
     record(ReduceRule { op, shape }, smallvec![tensor], balanced)
 }
 
@@ -194,7 +194,7 @@ impl<B: Backend> Rule<B> for ReduceRule {
     }
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
-        let shape = &self.shape;
+        let shape = &self.shape.shape();
         let grad = match self.op {
             // d/dx_i sum(x) = 1
             Reduce::Sum => expand_global::<B>(g, shape),

@@ -10,7 +10,7 @@ use burn_backend::{Backend, TensorData, TensorMetadata, get_or_init_device_setti
 use burn_std::{IndexingUpdateOp, PadMode, Shape, Slice};
 use smallvec::{SmallVec, smallvec};
 
-use super::common::{along, unbroadcast};
+use super::common::{Dims, along, unbroadcast};
 use super::record::record;
 use super::unary::take1;
 use crate::graph::{Cost, OpInfo};
@@ -21,7 +21,7 @@ use crate::tensor::AutodiffTensor;
 #[derive(Debug)]
 enum Layout<B: Backend> {
     /// Reshape from the input shape to `to`.
-    Reshape { from: Shape, to: Shape },
+    Reshape { from: Dims, to: Dims },
     /// Swap two dims.
     SwapDims(usize, usize),
     /// Swap the last two dims.
@@ -31,23 +31,23 @@ enum Layout<B: Backend> {
     /// Reverse the order of elements along the axes.
     Flip(Vec<usize>),
     /// Broadcast from the input shape to `to`.
-    Expand { from: Shape, to: Shape },
+    Expand { from: Dims, to: Dims },
     /// Windows of `size` every `step` along `dim`, appended as the last dim.
     Unfold {
-        from: Shape,
+        from: Dims,
         dim: usize,
         size: usize,
         step: usize,
     },
     /// Tile `times` copies along `dim`.
     RepeatDim {
-        from: Shape,
+        from: Dims,
         dim: usize,
         times: usize,
     },
     /// Pad with one `(before, after)` pair per dim.
     Pad {
-        from: Shape,
+        from: Dims,
         padding: Vec<(usize, usize)>,
         mode: PadMode,
     },
@@ -85,7 +85,7 @@ pub(crate) fn repeat_dim<B: Backend>(
     dim: usize,
     times: usize,
 ) -> AutodiffTensor<B> {
-    let from = tensor.primitive.shape();
+    let from = tensor.primitive.shape().into();
     apply(balanced, Layout::RepeatDim { from, dim, times }, tensor)
 }
 
@@ -131,8 +131,9 @@ pub(crate) fn reshape<B: Backend>(
     tensor: AutodiffTensor<B>,
     shape: Shape,
 ) -> AutodiffTensor<B> {
-    let from = tensor.primitive.shape();
-    apply(balanced, Layout::Reshape { from, to: shape }, tensor)
+    let from = tensor.primitive.shape().into();
+    let to = shape.into();
+    apply(balanced, Layout::Reshape { from, to }, tensor)
 }
 
 /// Concatenates `tensors` along `dim`: one recorded op, whatever the number of inputs.
@@ -152,8 +153,9 @@ pub(crate) fn expand<B: Backend>(
     tensor: AutodiffTensor<B>,
     shape: Shape,
 ) -> AutodiffTensor<B> {
-    let from = tensor.primitive.shape();
-    apply(balanced, Layout::Expand { from, to: shape }, tensor)
+    let from = tensor.primitive.shape().into();
+    let to = shape.into();
+    apply(balanced, Layout::Expand { from, to }, tensor)
 }
 
 /// Windows of `size` every `step` along `dim`.
@@ -164,7 +166,7 @@ pub(crate) fn unfold<B: Backend>(
     size: usize,
     step: usize,
 ) -> AutodiffTensor<B> {
-    let from = tensor.primitive.shape();
+    let from = tensor.primitive.shape().into();
     let op = Layout::Unfold {
         from,
         dim,
@@ -181,7 +183,7 @@ pub(crate) fn pad<B: Backend>(
     padding: &[(usize, usize)],
     mode: PadMode,
 ) -> AutodiffTensor<B> {
-    let from = tensor.primitive.shape();
+    let from = tensor.primitive.shape().into();
     let op = Layout::Pad {
         from,
         padding: padding.to_vec(),
@@ -231,12 +233,12 @@ impl<B: Backend> Rule<B> for Layout<B> {
     fn forward(&self, inputs: Values<B>) -> FloatTensor<B> {
         let [x] = take1::<B>(inputs);
         match self {
-            Layout::Reshape { to, .. } => B::float_reshape(x, to.clone()),
+            Layout::Reshape { to, .. } => B::float_reshape(x, to.shape()),
             Layout::SwapDims(a, b) => B::float_swap_dims(x, *a, *b),
             Layout::Transpose => B::float_transpose(x),
             Layout::Permute(axes) => B::float_permute(x, axes),
             Layout::Flip(axes) => B::float_flip(x, axes),
-            Layout::Expand { to, .. } => B::float_expand(x, to.clone()),
+            Layout::Expand { to, .. } => B::float_expand(x, to.shape()),
             Layout::Unfold {
                 dim, size, step, ..
             } => B::float_unfold(x, *dim, *size, *step),
@@ -263,32 +265,33 @@ impl<B: Backend> Rule<B> for Layout<B> {
 
     fn vjp(&self, cx: &mut Vjp<'_, B>, g: FloatTensor<B>) {
         let grad = match self {
-            Layout::Reshape { from, .. } => B::float_reshape(g, from.clone()),
+            Layout::Reshape { from, .. } => B::float_reshape(g, from.shape()),
             // Swapping and reversing are their own inverses.
             Layout::SwapDims(a, b) => B::float_swap_dims(g, *a, *b),
             Layout::Transpose => B::float_transpose(g),
             Layout::Permute(axes) => B::float_permute(g, &inverse_permutation(axes)),
             Layout::Flip(axes) => B::float_flip(g, axes),
             // Every broadcast copy of an element contributes to its gradient.
-            Layout::Expand { from, .. } => unbroadcast::<B>(g, from),
+            Layout::Expand { from, .. } => unbroadcast::<B>(g, &from.shape()),
             Layout::Unfold {
                 from,
                 dim,
                 size,
                 step,
-            } => unfold_vjp::<B>(g, from, *dim, *size, *step),
+            } => unfold_vjp::<B>(g, &from.shape(), *dim, *size, *step),
             // Split the tiled dim into (times, size) and sum the copies.
             Layout::RepeatDim { from, dim, times } => {
+                let from = from.shape();
                 let mut split = from.to_vec();
                 split.insert(*dim, *times);
                 let g = B::float_reshape(g, Shape::from(split));
-                B::float_reshape(B::float_sum_dim(g, *dim), from.clone())
+                B::float_reshape(B::float_sum_dim(g, *dim), from)
             }
             Layout::Pad {
                 from,
                 padding,
                 mode,
-            } => pad_vjp::<B>(g, from, padding, *mode),
+            } => pad_vjp::<B>(g, &from.shape(), padding, *mode),
             Layout::ToDevice { from, .. } => B::float_to_device(g, from),
         };
         cx.set(0, grad);
