@@ -190,7 +190,9 @@ impl<B: Backend> AutodiffTensor<B> {
 
     /// Whether the tensor is a leaf that requires a gradient.
     pub fn is_leaf(&self) -> bool {
-        self.node.as_ref().is_some_and(|n| n.kind == NodeKind::Leaf)
+        self.node
+            .as_ref()
+            .is_some_and(|n| n.kind() == NodeKind::Leaf)
     }
 
     /// The id of the tensor's node, when tracked.
@@ -206,11 +208,11 @@ impl<B: Backend> AutodiffTensor<B> {
     pub fn require_grad(self) -> Self {
         match &self.node {
             None => Self::tracked(self.primitive, Node::leaf()),
-            Some(node) if node.kind == NodeKind::Leaf => self,
+            Some(node) if node.kind() == NodeKind::Leaf => self,
             Some(node) => panic!(
                 "remat: require_grad on the output of op `{}`, which is not a leaf. Call \
                  detach() first to make a new leaf from its value.",
-                node.name
+                node.name()
             ),
         }
     }
@@ -221,9 +223,9 @@ impl<B: Backend> AutodiffTensor<B> {
     /// same distributed parameters); any other tensor becomes untracked.
     pub fn detach(self) -> Self {
         match self.node {
-            Some(node) if node.kind == NodeKind::Leaf => Self::tracked(
+            Some(node) if node.kind() == NodeKind::Leaf => Self::tracked(
                 self.primitive,
-                Node::leaf_with(NodeId::new(), node.lock().distributed.as_deref().cloned()),
+                Node::leaf_with(NodeId::new(), node.distributed_params()),
             ),
             _ => Self::new(self.primitive),
         }
@@ -286,13 +288,13 @@ impl<B: Backend> AutodiffTensor<B> {
             // A tensor that requires no gradient has nothing to synchronise; marking it must
             // not make it require one.
             None => {}
-            Some(node) if node.kind == NodeKind::Leaf => {
-                node.lock().distributed = Some(Box::new(DistributedParams { param_id }));
+            Some(node) if node.kind() == NodeKind::Leaf => {
+                node.set_distributed(DistributedParams { param_id });
             }
             Some(node) => panic!(
                 "remat: set_distributed_params on the output of op `{}`; only parameters \
                  (leaf tensors) can be distributed",
-                node.name
+                node.name()
             ),
         }
         self
@@ -301,10 +303,10 @@ impl<B: Backend> AutodiffTensor<B> {
     /// The distributed parameters of this tensor, if it is a distributed parameter.
     pub(crate) fn distributed_params(&self) -> Option<DistributedParams> {
         let node = self.node.as_ref()?;
-        if node.kind != NodeKind::Leaf {
+        if node.kind() != NodeKind::Leaf {
             return None;
         }
-        node.lock().distributed.as_deref().cloned()
+        node.distributed_params()
     }
 }
 

@@ -23,6 +23,7 @@
 mod backward;
 pub(crate) mod grads;
 mod id;
+mod name;
 mod node;
 mod op;
 mod retrieve;

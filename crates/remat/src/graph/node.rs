@@ -22,14 +22,16 @@
 //! - `n_required` is zero outside a backward pass; during one it counts the reads still to
 //!   come, and the last read takes the value out of the slot.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use burn_backend::distributed::DistributedParams;
 use burn_backend::{Backend, BackendTypes, tensor::FloatTensor};
 use smallvec::SmallVec;
 
 use super::grads::Gradients;
-use super::id::NodeId;
+use super::id::{IdBuildHasher, NodeId};
+use super::name::OpName;
 use super::op::{Cost, OpInfo, Placement, Reads, Tracked, Values};
 use crate::counters::{self, KeepReason};
 
@@ -45,9 +47,9 @@ pub(crate) enum NodeKind {
 /// One tracked tensor of the graph.
 pub(crate) struct Node<B: BackendTypes> {
     pub(crate) id: NodeId,
-    pub(crate) kind: NodeKind,
-    /// The op's name (`"leaf"` for leaves), for statistics and messages.
-    pub(crate) name: &'static str,
+    /// The op's name, [`OpName::LEAF`] for leaves (which is how a node knows it is one):
+    /// for statistics and messages (NOTE [op-names] in `graph/name.rs`).
+    pub(crate) op_name: OpName,
     pub(crate) placement: Placement,
     pub(crate) state: Mutex<State<B>>,
 }
@@ -67,8 +69,9 @@ pub(crate) struct State<B: BackendTypes> {
     /// Set on leaves that are parameters of a distributed model: their gradient is
     /// submitted for synchronisation once complete. Marking a leaf sets it here, in the node
     /// that every graph already recorded with the leaf holds (NOTE [distributed-backward]
-    /// in `backend/distributed.rs`).
-    pub(crate) distributed: Option<Box<DistributedParams>>,
+    /// in `backend/distributed.rs`); the parameters themselves are in [`DISTRIBUTED`], so
+    /// that no node carries a word for what only a model's parameters have.
+    pub(crate) distributed: bool,
     /// Set for the nodes of a backward pass that carries out a budget's schedule (NOTE
     /// [budget] in `checkpoint/budget/`): reads hand out clones and never free, and
     /// `n_required` counts only the reads before a hand-over (NOTE [hand-over]); the
@@ -150,7 +153,7 @@ pub(crate) fn shared_constants<B: BackendTypes>(
 impl<B: BackendTypes> Input<B> {
     /// The tracked non-leaf producer whose slot holds this input's value, if any.
     pub(crate) fn producer(&self) -> Option<&Arc<Node<B>>> {
-        self.node.as_ref().filter(|n| n.kind == NodeKind::Op)
+        self.node.as_ref().filter(|n| n.kind() == NodeKind::Op)
     }
 }
 
@@ -471,6 +474,32 @@ impl Signature {
     }
 }
 
+/// The distributed parameters of the leaves marked with them, by node id; an entry leaves
+/// with its node.
+static DISTRIBUTED: LazyLock<Mutex<HashMap<NodeId, DistributedParams, IdBuildHasher>>> =
+    LazyLock::new(Mutex::default);
+
+/// [`DISTRIBUTED`], locked (a poisoned lock is taken over: its entries are whole).
+fn distributed_table() -> MutexGuard<'static, HashMap<NodeId, DistributedParams, IdBuildHasher>> {
+    DISTRIBUTED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<B: BackendTypes> Node<B> {
+    /// The op's name (`"leaf"` for leaves).
+    pub(crate) fn name(&self) -> &'static str {
+        self.op_name.as_str()
+    }
+
+    /// Whether the node is a leaf or an op's output.
+    pub(crate) fn kind(&self) -> NodeKind {
+        if self.op_name.is_leaf() {
+            NodeKind::Leaf
+        } else {
+            NodeKind::Op
+        }
+    }
+}
+
 impl<B: Backend> Node<B> {
     /// A new leaf: a tensor that requires a gradient.
     pub(crate) fn leaf() -> Arc<Self> {
@@ -480,20 +509,23 @@ impl<B: Backend> Node<B> {
     /// A leaf with a given id and distributed parameters.
     pub(crate) fn leaf_with(id: NodeId, distributed: Option<DistributedParams>) -> Arc<Self> {
         crate::active::mark();
-        Arc::new(Self {
+        let node = Arc::new(Self {
             id,
-            kind: NodeKind::Leaf,
-            name: "leaf",
+            op_name: OpName::LEAF,
             placement: Placement::LEAF,
             state: Mutex::new(State {
                 op: None,
                 consumed: false,
                 slot: Slot::Unneeded,
                 n_required: 0,
-                distributed: distributed.map(Box::new),
+                distributed: false,
                 scheduled: false,
             }),
-        })
+        });
+        if let Some(params) = distributed {
+            node.set_distributed(params);
+        }
+        node
     }
 
     /// A new op node, `id` minted for it ([`NodeId::new`]).
@@ -506,18 +538,33 @@ impl<B: Backend> Node<B> {
     ) -> Self {
         Self {
             id,
-            kind: NodeKind::Op,
-            name: info.name,
+            op_name: OpName::of(info.name),
             placement,
             state: Mutex::new(State {
                 op: Some(op),
                 consumed: false,
                 slot,
                 n_required: 0,
-                distributed: None,
+                distributed: false,
                 scheduled: false,
             }),
         }
+    }
+
+    /// Marks this leaf as a parameter of a distributed model (NOTE [distributed-backward]
+    /// in `backend/distributed.rs`).
+    pub(crate) fn set_distributed(&self, params: DistributedParams) {
+        let mut state = self.lock();
+        distributed_table().insert(self.id, params);
+        state.distributed = true;
+    }
+
+    /// The distributed parameters this leaf was marked with, if any.
+    pub(crate) fn distributed_params(&self) -> Option<DistributedParams> {
+        if !self.lock().distributed {
+            return None;
+        }
+        distributed_table().get(&self.id).cloned()
     }
 
     /// Locks the node's state. A poisoned lock (a panic in another backward step) is taken
@@ -557,7 +604,7 @@ impl<B: Backend> Node<B> {
                 } else {
                     KeepReason::Saved
                 };
-                state.slot = Slot::Stored(Kept::new(value.clone(), reason, self.name));
+                state.slot = Slot::Stored(Kept::new(value.clone(), reason, self.name()));
             }
         }
     }
@@ -567,8 +614,8 @@ impl<B: BackendTypes> core::fmt::Debug for Node<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Node")
             .field("id", &self.id)
-            .field("kind", &self.kind)
-            .field("op", &self.name)
+            .field("kind", &self.kind())
+            .field("op", &self.name())
             .finish()
     }
 }
@@ -580,6 +627,9 @@ impl<B: BackendTypes> Drop for Node<B> {
             .state
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.distributed {
+            distributed_table().remove(&self.id);
+        }
         let Some(op) = state.op.take() else {
             return;
         };
@@ -807,11 +857,34 @@ mod tests {
         let input = core::mem::size_of::<Input<F>>();
         assert!(input <= 16, "Input is {input} bytes");
         // Debug builds' `Signature` adds a word to the slot (its shape's hash).
-        let bound = if cfg!(debug_assertions) { 168 } else { 160 };
+        let bound = if cfg!(debug_assertions) { 144 } else { 136 };
         assert!(node <= bound, "Node is {node} bytes");
         // A kept value's record: the tensor and its ticket (docs/SCALE.md).
         let kept = core::mem::size_of::<KeptValue<F>>();
         assert!(kept <= 144, "KeptValue is {kept} bytes");
+    }
+
+    /// A leaf's distributed parameters are kept beside it, found through it, and leave with
+    /// it; a leaf that has none finds none.
+    #[test]
+    fn distributed_parameters_leave_with_their_leaf() {
+        type F = burn_flex::Flex;
+        let params = DistributedParams {
+            param_id: burn_backend::distributed::DistributedParamId::from(41),
+        };
+        let marked = Node::<F>::leaf_with(NodeId::new(), Some(params.clone()));
+        let plain = Node::<F>::leaf();
+        let later = Node::<F>::leaf();
+        later.set_distributed(params.clone());
+        let id_of = |node: &Node<F>| node.distributed_params().map(|p| p.param_id);
+        assert_eq!(id_of(&marked), Some(params.param_id));
+        assert_eq!(id_of(&later), Some(params.param_id));
+        assert_eq!(id_of(&plain), None);
+        assert!(marked.kind() == NodeKind::Leaf && marked.name() == "leaf");
+        let ids = [marked.id, later.id];
+        drop((marked, later));
+        let table = distributed_table();
+        assert!(ids.iter().all(|id| !table.contains_key(id)));
     }
 
     /// A replay whose result differs in shape from the forward pass is caught (debug).

@@ -29,7 +29,7 @@ use crate::counters::{self, KeepReason};
 /// hand out a clone (a handle clone for Burn's backends).
 pub(crate) fn read_value<B: Backend>(node: &Node<B>) -> FloatTensor<B> {
     #[cfg(feature = "tracing")]
-    tracing::debug!(node = %node.id, op = node.name, "remat: retrieve");
+    tracing::debug!(node = %node.id, op = node.name(), "remat: retrieve");
     loop {
         let mut state = node.lock();
         if state.scheduled {
@@ -167,7 +167,7 @@ fn release_one<B: Backend>(node: &Node<B>, stack: &mut Vec<Arc<Node<B>>>) {
 /// `node` itself, each exactly once.
 pub(crate) fn rebuild<B: Backend>(node: &Node<B>) {
     #[cfg(feature = "tracing")]
-    let _span = tracing::debug_span!("remat: rebuild", node = %node.id, op = node.name).entered();
+    let _span = tracing::debug_span!("remat: rebuild", node = %node.id, op = node.name()).entered();
     let mut order: Vec<Arc<Node<B>>> = Vec::new();
     let mut visited: HashSet<NodeId, IdBuildHasher> = HashSet::default();
     let mut stack: Vec<(Arc<Node<B>>, bool)> = Vec::new();
@@ -239,7 +239,7 @@ pub(crate) fn replay_then<B: Backend>(
     };
     let values: Values<B> = op.replay_inputs().map(read_input).collect();
     #[cfg(feature = "tracing")]
-    tracing::trace!(node = %node.id, op = node.name, "remat: replay");
+    tracing::trace!(node = %node.id, op = node.name(), "remat: replay");
     // Advisory syncs: a failed computation surfaces at the next read.
     if synced && let Some(first) = values.first() {
         let _ = B::sync(&first.device());
@@ -250,8 +250,8 @@ pub(crate) fn replay_then<B: Backend>(
         let _ = B::sync(&value.device());
     }
     let ns = start.elapsed().as_nanos() as f64;
-    signature.check::<B>(&value, node.name);
-    counters::on_replay(node.name, ns as u64);
+    signature.check::<B>(&value, node.name());
+    counters::on_replay(node.name(), ns as u64);
     before_store();
     let mut state = node.lock();
     state.op = Some(op);
@@ -261,6 +261,6 @@ pub(crate) fn replay_then<B: Backend>(
     } else {
         KeepReason::Rebuilt
     };
-    state.slot = Slot::Stored(Kept::new(value, reason, node.name));
+    state.slot = Slot::Stored(Kept::new(value, reason, node.name()));
     Some(ns)
 }

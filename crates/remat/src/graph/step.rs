@@ -20,7 +20,7 @@ impl<B: Backend> Node<B> {
     /// Marks the node as run by a schedule and reads its slot and recorded op with `f`;
     /// `None` for a leaf or a node whose step ran.
     fn scheduled<R>(&self, f: impl FnOnce(&Slot<B>, &OpState<B>) -> R) -> Option<R> {
-        if self.kind == NodeKind::Leaf {
+        if self.kind() == NodeKind::Leaf {
             return None;
         }
         let mut state = self.lock();
@@ -59,7 +59,7 @@ impl<B: Backend> GraphNode for Node<B> {
 
     fn claim_and_push_parents(&self, out: &mut Vec<Arc<dyn GraphNode>>) -> bool {
         let mut state = self.lock();
-        if self.kind != NodeKind::Leaf && core::mem::replace(&mut state.consumed, true) {
+        if self.kind() != NodeKind::Leaf && core::mem::replace(&mut state.consumed, true) {
             return false;
         }
         if let Some(op) = &state.op {
@@ -74,7 +74,7 @@ impl<B: Backend> GraphNode for Node<B> {
     }
 
     fn unclaim(&self) {
-        if self.kind != NodeKind::Leaf {
+        if self.kind() != NodeKind::Leaf {
             self.lock().consumed = false;
         }
     }
@@ -119,7 +119,7 @@ impl<B: Backend> GraphNode for Node<B> {
     }
 
     fn step(&self, grads: &mut Gradients) {
-        if self.kind == NodeKind::Leaf {
+        if self.kind() == NodeKind::Leaf {
             return;
         }
         let grad = grads.remove::<B>(self.id);
@@ -172,18 +172,18 @@ impl<B: Backend> GraphNode for Node<B> {
         let drained = empty && state.n_required == 0 && state.op.is_none();
         state.slot = Slot::Unneeded;
         state.n_required = 0;
-        drained || self.kind == NodeKind::Leaf
+        drained || self.kind() == NodeKind::Leaf
     }
 
     fn distributed(&self) -> Option<DistributedParams> {
-        if self.kind != NodeKind::Leaf {
+        if self.kind() != NodeKind::Leaf {
             return None;
         }
-        self.lock().distributed.as_deref().cloned()
+        self.distributed_params()
     }
 
     fn is_leaf(&self) -> bool {
-        self.kind == NodeKind::Leaf
+        self.kind() == NodeKind::Leaf
     }
 
     fn backend(&self) -> core::any::TypeId {
@@ -199,7 +199,7 @@ impl<B: Backend> GraphNode for Node<B> {
             let id_of = |input: &Input<B>| input.producer().map(|p| p.id);
             ScheduleEntry {
                 facts: self.facts(slot, op),
-                name: self.name,
+                name: self.name(),
                 cost: op.rule.info().cost,
                 inputs: op.replay_inputs().filter_map(id_of).collect(),
                 step_reads: op
@@ -288,9 +288,9 @@ impl<B: Backend> GraphNode for Node<B> {
     }
 
     fn describe(&self) -> String {
-        match self.kind {
+        match self.kind() {
             NodeKind::Leaf => format!("leaf {}", self.id),
-            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.name),
+            NodeKind::Op => format!("node {} (op `{}`)", self.id, self.name()),
         }
     }
 }
@@ -323,7 +323,7 @@ impl<B: Backend> BudgetNode for Node<B> {
     }
 
     fn is_consumed(&self) -> bool {
-        self.kind == NodeKind::Leaf || self.lock().consumed
+        self.kind() == NodeKind::Leaf || self.lock().consumed
     }
 
     fn is_held(&self) -> bool {
@@ -331,7 +331,7 @@ impl<B: Backend> BudgetNode for Node<B> {
     }
 
     fn name(&self) -> &'static str {
-        self.name
+        self.name()
     }
 
     fn evicted_bytes(&self) -> Option<u64> {

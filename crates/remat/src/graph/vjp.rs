@@ -37,7 +37,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
         debug_assert!(
             self.reads.has_input(i) && !self.done.has_input(i),
             "remat internal error: op `{}` reads input {i} without declaring it (or twice)",
-            self.node.name
+            self.node.name()
         );
         self.done.insert(i);
         retrieve::read_input(&self.inputs[i])
@@ -48,7 +48,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
         debug_assert!(
             self.reads.output && !self.done.output,
             "remat internal error: op `{}` reads its output without declaring it (or twice)",
-            self.node.name
+            self.node.name()
         );
         self.done.output = true;
         retrieve::read_value(self.node)
@@ -106,7 +106,7 @@ impl<'a, B: Backend> Vjp<'a, B> {
         self.inputs[i]
             .node
             .as_ref()
-            .map(|n| (n.id, n.kind == NodeKind::Leaf))
+            .map(|n| (n.id, n.kind() == NodeKind::Leaf))
     }
 
     /// The gradients container, for rules whose parents live on another backend.

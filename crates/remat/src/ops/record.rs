@@ -121,7 +121,7 @@ fn never_weighed() -> u64 {
 fn state_of<B: Backend>(input: &AutodiffTensor<B>) -> InputState {
     match &input.node {
         None => InputState::Untracked,
-        Some(node) if node.kind == NodeKind::Leaf => InputState::Leaf,
+        Some(node) if node.kind() == NodeKind::Leaf => InputState::Leaf,
         Some(node) => InputState::Op {
             rebuildable: node.rebuildable(),
             planned: node.placement.planned,
@@ -282,7 +282,7 @@ fn decide_and_reserve<B: Backend, R: Rule<B>>(
             .enumerate()
             .filter_map(|(i, input)| {
                 let parent = (*input)?.node.as_ref()?;
-                (parent.kind == NodeKind::Op && parent.placement.budget == budget_id).then(|| {
+                (parent.kind() == NodeKind::Op && parent.placement.budget == budget_id).then(|| {
                     budget::InputRead {
                         producer: parent.id,
                         by_step: reads.has_input(i),
@@ -376,7 +376,7 @@ fn edge<B: Backend>(
     let mut held = None;
     if let Some(mark) = mark {
         match &node {
-            Some(parent) if parent.kind == NodeKind::Op => {
+            Some(parent) if parent.kind() == NodeKind::Op => {
                 let outside = parent.placement.budget != budget;
                 if parent.placement.budget != 0 && (outside || !parent.placement.planned) {
                     // NOTE [side-ops]: an op the budget's session does not see reads it, or

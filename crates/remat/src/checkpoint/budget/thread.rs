@@ -256,6 +256,6 @@ fn keep<B: Backend>(node: &Node<B>, value: &FloatTensor<B>) {
         } else {
             KeepReason::Saved
         };
-        state.slot = Slot::Stored(Kept::new(value.clone(), reason, node.name));
+        state.slot = Slot::Stored(Kept::new(value.clone(), reason, node.name()));
     }
 }
