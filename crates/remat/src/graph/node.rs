@@ -139,13 +139,13 @@ pub(crate) fn shared_constants<B: BackendTypes>(
     holder: NodeId,
 ) -> SmallVec<[(usize, u64, bool); 1]> {
     constants(edges)
-        .filter_map(|kept| match &kept.0.ticket {
-            Held::Shared(shared) => Some((
+        .filter_map(|kept| {
+            let shared = kept.0.ticket.shared()?;
+            Some((
                 Arc::as_ptr(&kept.0) as usize,
                 kept.bytes(),
                 shared.owned_by(holder),
-            )),
-            Held::Own(_) | Held::Fill(_) => None,
+            ))
         })
         .collect()
 }
@@ -187,10 +187,42 @@ struct KeptValue<B: BackendTypes> {
 /// [fill-constants] in `tensor.rs`).
 enum Held<B: BackendTypes> {
     Own(#[allow(dead_code)] counters::Ticket),
-    /// Boxed (one box per shared buffer, not per edge): the variants stay two words.
-    Shared(Box<SharedHeld>),
-    /// Boxed: the other variants stay small.
-    Fill(Box<FillRecipe<B>>),
+    /// A shared record or a fill, boxed (one box per shared buffer, not per edge): two
+    /// variants fit the ticket's two words, where three took a third for their tag, in the
+    /// record of every kept value (a 120-byte `FloatTensor<Flex>` beside it).
+    Other(Box<OtherHeld<B>>),
+}
+
+/// The kept values that are not counted on their own.
+enum OtherHeld<B: BackendTypes> {
+    /// Counted once for all the edges that share it.
+    Shared(SharedHeld),
+    /// Not counted: a fill kept as its recipe.
+    Fill(FillRecipe<B>),
+}
+
+impl<B: BackendTypes> Held<B> {
+    /// The shared record, if the value is one.
+    fn shared(&self) -> Option<&SharedHeld> {
+        match self {
+            Held::Other(other) => match &**other {
+                OtherHeld::Shared(shared) => Some(shared),
+                OtherHeld::Fill(_) => None,
+            },
+            Held::Own(_) => None,
+        }
+    }
+
+    /// The fill's recipe, if the value is one.
+    fn fill(&self) -> Option<&FillRecipe<B>> {
+        match self {
+            Held::Other(other) => match &**other {
+                OtherHeld::Fill(recipe) => Some(recipe),
+                OtherHeld::Shared(_) => None,
+            },
+            Held::Own(_) => None,
+        }
+    }
 }
 
 /// How a record that edges share is counted (NOTE [shared-constants]).
@@ -276,12 +308,12 @@ impl<B: BackendTypes> Kept<B> {
         use burn_backend::TensorMetadata;
         Self(Arc::new(KeptValue {
             value: None,
-            ticket: Held::Fill(Box::new(FillRecipe {
+            ticket: Held::Other(Box::new(OtherHeld::Fill(FillRecipe {
                 fill,
                 shape: like.shape(),
                 dtype: like.dtype(),
                 device: like.device(),
-            })),
+            }))),
         }))
     }
 
@@ -289,10 +321,11 @@ impl<B: BackendTypes> Kept<B> {
     /// edge holds: the value's, unless another op carries them (NOTE [shared-constants]),
     /// or nothing for a fill's recipe (NOTE [fill-constants]).
     pub(crate) fn charged_bytes(&self, holder: NodeId) -> u64 {
-        match self.0.ticket {
-            Held::Shared(ref shared) if !shared.owned_by(holder) => 0,
-            Held::Fill(_) => 0,
-            _ => self.bytes(),
+        let ticket = &self.0.ticket;
+        if ticket.fill().is_some() || ticket.shared().is_some_and(|s| !s.owned_by(holder)) {
+            0
+        } else {
+            self.bytes()
         }
     }
 
@@ -300,7 +333,7 @@ impl<B: BackendTypes> Kept<B> {
     /// of an op as its node is made, the op that made a shared record claims it (NOTE
     /// [shared-constants]; records are per thread, so no other op can hold it yet).
     pub(crate) fn claim(&self, holder: NodeId) {
-        if let Held::Shared(shared) = &self.0.ticket {
+        if let Some(shared) = self.0.ticket.shared() {
             let _ = shared.owner.compare_exchange(
                 0,
                 holder.value,
@@ -329,9 +362,9 @@ impl<B: BackendTypes> Kept<B> {
 
     /// The value's size in bytes.
     pub(crate) fn bytes(&self) -> u64 {
-        let (shape, dtype) = match &self.0.ticket {
-            Held::Fill(recipe) => (recipe.shape.clone(), recipe.dtype),
-            _ => {
+        let (shape, dtype) = match self.0.ticket.fill() {
+            Some(recipe) => (recipe.shape.clone(), recipe.dtype),
+            None => {
                 let value = self.get();
                 (
                     burn_backend::TensorMetadata::shape(value),
@@ -373,11 +406,11 @@ impl<B: Backend> Kept<B> {
         let ticket = counters::Ticket::keep::<B>(&value, reason, op);
         let kept = Arc::new(KeptValue {
             value: Some(value),
-            ticket: Held::Shared(Box::new(SharedHeld {
+            ticket: Held::Other(Box::new(OtherHeld::Shared(SharedHeld {
                 _ticket: ticket,
                 owner: std::sync::atomic::AtomicU64::new(0),
                 _entry: SharedEntry(key),
-            })),
+            }))),
         });
         let any: Arc<AnyKept> = kept.clone();
         let _ = SHARED.try_with(|shared| {
@@ -390,8 +423,8 @@ impl<B: Backend> Kept<B> {
     /// fill made again from its recipe (NOTE [fill-constants]; the same call as the one
     /// that made it, so the same bits).
     pub(crate) fn constant(&self) -> FloatTensor<B> {
-        match &self.0.ticket {
-            Held::Fill(recipe) => {
+        match self.0.ticket.fill() {
+            Some(recipe) => {
                 let shape = recipe.shape.clone();
                 let dtype = recipe.dtype.into();
                 match recipe.fill {
@@ -400,7 +433,7 @@ impl<B: Backend> Kept<B> {
                     Fill::Empty => B::float_empty(shape, &recipe.device, dtype),
                 }
             }
-            _ => self.get().clone(),
+            None => self.get().clone(),
         }
     }
 }
@@ -861,7 +894,7 @@ mod tests {
         assert!(node <= bound, "Node is {node} bytes");
         // A kept value's record: the tensor and its ticket (docs/SCALE.md).
         let kept = core::mem::size_of::<KeptValue<F>>();
-        assert!(kept <= 144, "KeptValue is {kept} bytes");
+        assert!(kept <= 136, "KeptValue is {kept} bytes");
     }
 
     /// A leaf's distributed parameters are kept beside it, found through it, and leave with
