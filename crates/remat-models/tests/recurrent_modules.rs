@@ -574,9 +574,12 @@ fn lstm_s_smallest_budget_does_not_grow_with_its_length_beyond_its_input() {
 /// G) + 256 KiB`) allows at a tenth of K by itself. Under a budget it was 2.52 MB (debug, a
 /// quarter of K, the third step) against SaveAll's 1.71 MB: each edge to a leaf or constant
 /// held its own boxed handle, the session kept a hash map from id to index, and debug builds
-/// boxed each evicted value's shape. Now 1.66 MB against SaveAll's 1.62 MB (NOTE
+/// boxed each evicted value's shape. Then 1.66 MB against SaveAll's 1.62 MB (NOTE
 /// [shared-constants] in `remat`'s `graph/node.rs`, NOTE [session-ids] in
-/// `budget/session.rs`), with the rule at 1.59 MB at a tenth of K and 2.40 MB at a quarter.
+/// `budget/session.rs`); now 1.30 MB against 1.32 MB, rules keeping their shapes in half the
+/// bytes and a node 136 bytes, not 160 (NOTE [compact-shapes] in `ops/common.rs`, NOTE
+/// [op-names] in `graph/name.rs`), with the rule at 1.54 MB at a tenth of K and 2.31 MB at a
+/// quarter.
 /// Asserted: the budget step holds at most 1.05x SaveAll's bytes beyond its values.
 #[test]
 fn a_budget_step_holds_save_all_s_bookkeeping_on_4_kib_values() {
