@@ -127,4 +127,4 @@ pub use search::{Optimum, exact_optimum};
 pub use simulate::{HeldEvent, Outcome, simulate, simulate_traced};
 pub(crate) use tradeoff::tradeoff_shared;
 pub use tradeoff::{BOUND_MAX_NODES, Tradeoff, TradeoffRow, tradeoff, tradeoff_with_grads};
-pub use view::{Forced, GraphView, Node};
+pub use view::{Forced, GraphView, Ids, Node};

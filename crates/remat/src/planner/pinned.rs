@@ -168,8 +168,8 @@ pub(crate) fn reduced(view: &GraphView, planner: Planner) -> Option<Pinned> {
         .enumerate()
         .map(|(i, node)| {
             let mut node = node.clone();
-            node.inputs.retain(|&u| !is_pinned[u as usize]);
-            node.step_reads.retain(|&u| !is_pinned[u as usize]);
+            node.inputs.retain(|u| !is_pinned[*u as usize]);
+            node.step_reads.retain(|u| !is_pinned[*u as usize]);
             if is_pinned[i] {
                 node.replayable = true;
                 node.forced = None;

@@ -45,8 +45,8 @@ pub(crate) fn general_chain(view: &GraphView) -> Option<u64> {
     let chain = nodes.iter().enumerate().all(|(i, node)| {
         let i = i as u32;
         let previous: &[u32] = if i == 0 { &[] } else { &[i - 1] };
-        node.inputs == previous
-            && (node.step_reads.is_empty() || node.step_reads == previous)
+        node.inputs[..] == *previous
+            && (node.step_reads.is_empty() || node.step_reads[..] == *previous)
             && node.replayable
             && node.forced.is_none()
     });

@@ -27,6 +27,17 @@ pub enum Forced {
     Recompute,
 }
 
+/// A node's list of earlier nodes (its inputs, or what its step reads): up to four in place.
+///
+/// NOTE [node-lists]: a plan a graph follows keeps its view from the step that made it for as
+/// long as the graph runs, and most ops read one or two values. As `Vec`s, a view of Burn's
+/// `Lstm` over 1,024 steps kept 37,900 allocations of 4 and 8 bytes, made during the first
+/// step's backward pass among the tensors it freed: every later step of that process found
+/// its heap cut into about 5,000 free chunks (glibc's `mallinfo2`, against about 200 under
+/// SaveAll), and each allocation of its own tensors took longer to place. In place, the list
+/// costs no allocation and no more bytes than the `Vec` did (24).
+pub type Ids = smallvec::SmallVec<[u32; 4]>;
+
 /// One recorded op: its output value and what reads it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -39,13 +50,13 @@ pub struct Node {
     pub cost: f64,
     /// The earlier nodes whose values a replay of this op reads. Leaves and untracked
     /// constants are not nodes: they are always available.
-    pub inputs: Vec<u32>,
+    pub inputs: Ids,
     /// Whether the op can be replayed bit-identically. False for random ops, custom ops
     /// without a retro-forward, transfers: once dropped, such a value is gone.
     pub replayable: bool,
     /// The node values this node's backward step reads, in the order it reads them: some of
     /// its inputs, other earlier nodes it saved (custom ops), and/or itself.
-    pub step_reads: Vec<u32>,
+    pub step_reads: Ids,
     /// Bytes of constants held on this node's edges, counted from the node's recording until
     /// its step runs (or `fixed_until`'s), whatever the schedule.
     pub fixed_bytes: u64,
@@ -64,9 +75,9 @@ impl Node {
             name,
             bytes,
             cost,
-            inputs: Vec::new(),
+            inputs: Ids::new(),
             replayable: true,
-            step_reads: Vec::new(),
+            step_reads: Ids::new(),
             fixed_bytes: 0,
             fixed_until: None,
             forced: None,
@@ -74,14 +85,14 @@ impl Node {
     }
 
     /// Sets the nodes a replay reads.
-    pub fn inputs(mut self, inputs: impl Into<Vec<u32>>) -> Self {
-        self.inputs = inputs.into();
+    pub fn inputs(mut self, inputs: impl IntoIterator<Item = u32>) -> Self {
+        self.inputs = inputs.into_iter().collect();
         self
     }
 
     /// Sets the node values the backward step reads.
-    pub fn step_reads(mut self, reads: impl Into<Vec<u32>>) -> Self {
-        self.step_reads = reads.into();
+    pub fn step_reads(mut self, reads: impl IntoIterator<Item = u32>) -> Self {
+        self.step_reads = reads.into_iter().collect();
         self
     }
 

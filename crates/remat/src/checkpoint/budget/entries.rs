@@ -477,7 +477,7 @@ mod tests {
         entries.listed()[2] = recorded[2].clone();
         entries.push(planner::Node::new("d", 8, 1.0).inputs([4]));
         assert_eq!(entries.len(), 6);
-        assert_eq!(entries.get(5).inputs, [4]);
+        assert_eq!(entries.get(5).inputs[..], [4]);
     }
 
     #[test]

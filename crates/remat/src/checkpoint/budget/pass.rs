@@ -962,7 +962,7 @@ mod tests {
         }
         // A pass node reading a side op: nothing is split.
         let mut reads_side = session.clone();
-        reads_side[4].inputs = [3].into();
+        reads_side[4].inputs = [3].into_iter().collect();
         let before = reads_side.clone();
         assert!(split_sides(&mut reads_side, &sides).is_none());
         assert_eq!(reads_side, before);

@@ -214,7 +214,7 @@ impl Session {
         for (new, (old, _)) in live.iter().enumerate() {
             remap[*old] = new as u32;
         }
-        let keep = |list: &[u32]| -> Vec<u32> {
+        let keep = |list: &[u32]| -> planner::Ids {
             list.iter()
                 .map(|&v| remap[v as usize])
                 .filter(|&v| v != u32::MAX)
@@ -266,7 +266,7 @@ impl Session {
             }
         };
         fresh.nodes = Entries::lent(len);
-        fresh.read_outside = keep(&self.read_outside);
+        fresh.read_outside = keep(&self.read_outside).into_vec();
         // A step following a plan is never rebuilt here: with nothing forgotten under the
         // same budget, the session is kept as it is (above), and otherwise it stops
         // following.

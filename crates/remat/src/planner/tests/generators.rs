@@ -16,7 +16,7 @@ fn step_lower_bound(view: &GraphView) -> u64 {
     let mut fixed: u64 = nodes.iter().map(|n| n.fixed_bytes).sum();
     let mut bound = 0;
     for &s in view.step_order() {
-        let mut reads: Vec<u32> = nodes[s as usize].step_reads.clone();
+        let mut reads: Vec<u32> = nodes[s as usize].step_reads.to_vec();
         reads.sort_unstable();
         reads.dedup();
         let bytes: u64 = reads.iter().map(|&r| nodes[r as usize].bytes).sum();
@@ -246,7 +246,7 @@ fn online_dtr_keeps_only_the_inputs_it_said_it_may_keep() {
             let mut dtr = Dtr::new(budget);
             for (j, node) in view.nodes().iter().enumerate() {
                 let mut may = Vec::new();
-                let mut candidates: Vec<u32> = node.inputs.clone();
+                let mut candidates: Vec<u32> = node.inputs.to_vec();
                 candidates.extend(node.step_reads.iter().filter(|&&r| (r as usize) < j));
                 candidates.sort_unstable();
                 candidates.dedup();

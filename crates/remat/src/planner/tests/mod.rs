@@ -203,3 +203,19 @@ pub(super) fn keep_all(view: &GraphView) -> u64 {
         .unwrap()
         .peak_bytes
 }
+
+/// NOTE [node-lists]: a node's lists of up to four earlier nodes are kept in place, no larger
+/// than a `Vec`; longer ones are whole.
+#[test]
+fn a_node_s_short_lists_are_in_place() {
+    let node = Node::new("mul", 8, 1.0)
+        .inputs([0, 1])
+        .step_reads([0, 1, 2, 3]);
+    assert!(!node.inputs.spilled() && !node.step_reads.spilled());
+    assert_eq!(
+        core::mem::size_of::<crate::planner::Ids>(),
+        core::mem::size_of::<Vec<u32>>()
+    );
+    let cat = Node::new("cat", 8, 1.0).inputs(0..6);
+    assert_eq!(cat.inputs[..], [0, 1, 2, 3, 4, 5]);
+}
