@@ -1,7 +1,7 @@
 //! Op names as two-byte indices into the process's table of names (NOTE [op-names]). Names
 //! nothing else of the crate.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::RwLock;
 
 /// A node's op name (`"matmul"`, `"exp"`, ..., or a leaf) as an index into the process's
@@ -15,12 +15,12 @@ pub(crate) struct OpName(u16);
 // ARCHITECTURE.md). A name is now two bytes: index 0 is a leaf, any other index an entry of
 // one process-wide table, appended to under a lock the first time a name is seen and never
 // shrunk. Recording looks a name up in a small per-thread cache keyed by the string's
-// address, so the table's lock is taken once per name and thread, not once per op; reading a
-// name takes the table's read lock (statistics, messages and replays read names, not the
-// per-op path). Two literals with the same text are one entry (the table compares text),
-// and an op named "leaf" is an op, not a leaf. A process that records more than 65,534
-// distinct names (only leaked strings could) reads the later ones as `"op"`: names label
-// statistics and group op times, and no decision reads them.
+// address, and reading a name looks it up in the thread's copy of the table, so the table's
+// lock is taken once per name and thread, not once per op (a backward pass reads each node's
+// name for its planner view). Two literals with the same text are one entry (the table
+// compares text), and an op named "leaf" is an op, not a leaf. A process that records more
+// than 65,534 distinct names (only leaked strings could) reads the later ones as `"op"`:
+// names label statistics and group op times, and no decision reads them.
 
 /// The table behind every [`OpName`] above 0: entry `i - 1` is name `i`.
 static NAMES: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
@@ -35,6 +35,8 @@ thread_local! {
     /// Recently seen names by address and length: a direct-mapped cache.
     static SEEN: [Cell<(usize, usize, u16)>; CACHE] =
         const { [const { Cell::new((0, 0, 0)) }; CACHE] };
+    /// This thread's copy of the table, brought up to date when it lacks a name read.
+    static KNOWN: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
 }
 
 impl OpName {
@@ -65,7 +67,19 @@ impl OpName {
         match self.0 {
             0 => "leaf",
             FULL => "op",
-            index => NAMES.read().unwrap_or_else(|p| p.into_inner())[index as usize - 1],
+            index => {
+                let at = index as usize - 1;
+                let table = || NAMES.read().unwrap_or_else(|p| p.into_inner());
+                KNOWN
+                    .try_with(|known| {
+                        let mut known = known.borrow_mut();
+                        if known.len() <= at {
+                            known.clone_from(&table());
+                        }
+                        known[at]
+                    })
+                    .unwrap_or_else(|_| table()[at])
+            }
         }
     }
 

@@ -250,8 +250,9 @@ pub(crate) fn replay_then<B: Backend>(
         let _ = B::sync(&value.device());
     }
     let ns = start.elapsed().as_nanos() as f64;
-    signature.check::<B>(&value, node.name());
-    counters::on_replay(node.name(), ns as u64);
+    let name = node.name();
+    signature.check::<B>(&value, name);
+    counters::on_replay(name, ns as u64);
     before_store();
     let mut state = node.lock();
     state.op = Some(op);
@@ -261,6 +262,6 @@ pub(crate) fn replay_then<B: Backend>(
     } else {
         KeepReason::Rebuilt
     };
-    state.slot = Slot::Stored(Kept::new(value, reason, node.name()));
+    state.slot = Slot::Stored(Kept::new(value, reason, name));
     Some(ns)
 }
